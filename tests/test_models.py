@@ -1,0 +1,36 @@
+"""Model sources: the offline names resolve to files on disk and bad paths fail with the valid choices."""
+
+import pytest
+import torch
+
+from gtpo.models import load_model_and_tokenizer, resolve_model
+
+
+def test_tiny_model_builds_once_and_generates_with_chat_template(tiny_model_path):
+    model, tokenizer = load_model_and_tokenizer(tiny_model_path)
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    inputs = tokenizer(text, return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] == inputs["input_ids"].shape[1] + 5
+    # The tags are single tokens, so conflict spans on them are easy to reason about in tests.
+    assert len(tokenizer.tokenize("<reasoning>")) == 1 and len(tokenizer.tokenize("</answer>")) == 1
+    assert resolve_model("tiny").path == tiny_model_path
+
+
+def test_smollm2_resolves_to_the_gguf_inside_the_wheel():
+    source = resolve_model("smollm2")
+    assert source.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (resolve_model("smollm2").path + "/" + source.gguf_file).endswith(".gguf")
+
+
+@pytest.mark.parametrize("bad", ["./no/such/dir", "/nonexistent/model"])
+def test_missing_model_path_names_the_valid_choices(bad):
+    with pytest.raises(ValueError, match="does not exist.*offline names"):
+        resolve_model(bad)
+
+
+def test_dtype_by_name(tiny_model_path):
+    model, _ = load_model_and_tokenizer(tiny_model_path, dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
