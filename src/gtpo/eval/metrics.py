@@ -1,0 +1,248 @@
+"""pass@k and maj@k for one problem, from its n sampled completions. Pure: no model, no files.
+
+pass@k (Chen et al. 2021, Eq. 1): the probability that at least one of k completions, drawn without
+replacement from the n sampled, is correct. Unbiased for the model's pass@k when n >= k:
+
+    pass@k = 1 - C(n - c, k) / C(n, k),   c = number of correct completions.
+
+maj@k (Wang et al. 2023, self-consistency): the k completions vote with their extracted answers; the
+answer with the most votes is the prediction. We report the same kind of estimator as pass@k, the
+expectation over all C(n, k) subsets of k completions of the n sampled (not just the first k), so the
+curve is smooth in k and uses every sample:
+
+    maj@k = E_{S ⊂ [n], |S| = k} [ score(S) ]
+
+- Votes are counted per *answer class*: extracted answers grouped by mathematical equivalence with the
+  project's grader (``gtpo.grading.is_equivalent``), so "1/2", "0.5" and "\\frac{1}{2}" pool their votes.
+  Classes are built greedily in order of first appearance: each distinct answer joins the first class
+  whose representative (its first member) it is equivalent to. A class is correct when its
+  representative is equivalent to the gold answer.
+- Completions without an extracted answer (None) never win and never vote; a subset with no answer
+  at all scores 0.
+- Ties: when t classes share the maximum vote count, score(S) = (number of correct classes among the t)
+  / t, i.e. the expected correctness under a uniform random tie-break.
+
+The expectation is computed exactly, with hypergeometric probabilities over class counts rather than by
+enumerating subsets (see :func:`maj_at_k_from_classes`); cost grows with n·k, not with C(n, k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Equivalent = Callable[[str, str], bool]
+
+
+def _check_k(num_samples: int, k: int, what: str) -> None:
+    for name, value in (("num_samples", num_samples), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if not 1 <= k <= num_samples:
+        raise ValueError(
+            f"{what} needs 1 <= k <= n, got k={k} with n={num_samples} samples per problem; "
+            f"valid k are 1..{num_samples} (sample more completions for larger k)"
+        )
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k).
+
+    Computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms a binomial coefficient and so
+    stays exact to float precision for n in the thousands.
+
+    >>> pass_at_k(10, 1, 1)
+    0.1
+    >>> round(pass_at_k(4, 2, 2), 6)  # 1 - C(2,2)/C(4,2) = 1 - 1/6
+    0.833333
+    """
+    _check_k(num_samples, k, "pass@k")
+    if isinstance(num_correct, bool) or not isinstance(num_correct, (int, np.integer)):
+        raise TypeError(f"num_correct must be an integer, got {num_correct!r}")
+    if not 0 <= num_correct <= num_samples:
+        raise ValueError(f"num_correct must be in 0..{num_samples} (num_samples), got {num_correct}")
+    if num_samples - num_correct < k:  # every k-subset contains a correct sample
+        return 1.0
+    i = np.arange(num_samples - num_correct + 1, num_samples + 1, dtype=np.float64)
+    return float(1.0 - np.prod(1.0 - k / i))
+
+
+def powers_of_two_up_to(n: int) -> list[int]:
+    """The k values reported: 1, 2, 4, ... <= n, and n itself when it is not a power of two."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    ks = [1 << i for i in range(n.bit_length()) if (1 << i) <= n]
+    return ks if ks[-1] == n else ks + [n]
+
+
+@dataclass(frozen=True)
+class AnswerClasses:
+    """The votes of one problem: answers grouped by equivalence.
+
+    counts[i]: number of samples in class i (classes in order of first appearance);
+    correct[i]: whether class i's representative is equivalent to the gold answer;
+    labels[s]: class of sample s, or None when sample s has no extracted answer;
+    num_samples: n, samples without an answer included.
+    """
+
+    counts: tuple[int, ...]
+    correct: tuple[bool, ...]
+    labels: tuple[int | None, ...]
+    representatives: tuple[str, ...]
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.labels)
+
+
+def _default_equivalent() -> Equivalent:
+    from gtpo.grading import is_equivalent
+
+    return is_equivalent
+
+
+def group_answers(
+    answers: Sequence[str | None],
+    gold: str,
+    equivalent: Equivalent | None = None,
+) -> AnswerClasses:
+    """Group extracted answers into classes of equivalent answers; mark which class matches ``gold``.
+
+    ``equivalent(prediction, reference) -> bool`` defaults to ``gtpo.grading.is_equivalent``. Each
+    distinct string is compared with the representatives of the classes found so far (O(m²) calls for
+    m distinct answers, each pair at most once).
+    """
+    equivalent = equivalent or _default_equivalent()
+    representatives: list[str] = []
+    class_of: dict[str, int] = {}
+    labels: list[int | None] = []
+    for answer in answers:
+        if answer is None:
+            labels.append(None)
+            continue
+        if answer not in class_of:
+            match = next((i for i, rep in enumerate(representatives) if equivalent(answer, rep)), None)
+            if match is None:
+                match = len(representatives)
+                representatives.append(answer)
+            class_of[answer] = match
+        labels.append(class_of[answer])
+    counts = [0] * len(representatives)
+    for label in labels:
+        if label is not None:
+            counts[label] += 1
+    correct = tuple(bool(equivalent(rep, gold)) for rep in representatives)
+    return AnswerClasses(tuple(counts), correct, tuple(labels), tuple(representatives))
+
+
+def _log_comb_table(n: int) -> np.ndarray:
+    return np.array([math.lgamma(i + 1) for i in range(n + 1)])  # log(i!) for i = 0..n
+
+
+def _hypergeom(log_fact: np.ndarray, population: int, successes: int, draws: np.ndarray, hits: np.ndarray):
+    """P(hits successes in draws, without replacement, from a population with that many successes).
+
+    Broadcasts over ``draws`` and ``hits``; impossible combinations get probability 0.
+    """
+    failures = draws - hits
+    valid = (hits >= 0) & (hits <= successes) & (failures >= 0) & (failures <= population - successes)
+    valid &= draws <= population
+    h = np.where(valid, hits, 0)
+    f = np.where(valid, failures, 0)
+    d = np.where(valid, draws, 0)
+    log_p = (
+        log_fact[successes] - log_fact[h] - log_fact[successes - h]
+        + log_fact[population - successes] - log_fact[f] - log_fact[population - successes - f]
+        - (log_fact[population] - log_fact[d] - log_fact[population - d])
+    )
+    return np.where(valid, np.exp(log_p), 0.0)
+
+
+def maj_at_k_from_classes(
+    counts: Sequence[int], correct: Sequence[bool], num_samples: int, k: int
+) -> float:
+    """Exact maj@k (expectation over k-subsets, ties split) from class sizes; see the module docstring.
+
+    counts: samples per answer class; correct: whether each class is the gold answer; num_samples: n,
+    which may exceed sum(counts) by the samples that have no answer.
+
+    Method: maj@k = sum over correct classes j and vote counts x >= 1 of
+    P(X_j = x) · E[ 1{no other class has more than x votes} / (1 + #other classes with exactly x) | X_j = x ].
+    Given X_j = x, the other k - x draws come from the remaining n - a_j samples; the classes that can
+    reach x votes (size >= x) are drawn one after another, each with a hypergeometric law on what is
+    left, while a dynamic program tracks (draws left, classes tied at x). Classes smaller than x and the
+    no-answer samples only absorb the draws left over, so they need no state. All quantities are
+    probabilities, so nothing overflows for large n.
+
+    >>> maj_at_k_from_classes([2, 1], [True, False], 3, 1)  # one random sample: 2/3 chance it is right
+    0.6666666666666666
+    """
+    _check_k(num_samples, k, "maj@k")
+    if len(counts) != len(correct):
+        raise ValueError(f"counts and correct must have the same length, got {len(counts)} and {len(correct)}")
+    counts = [int(a) for a in counts]
+    if any(a < 0 for a in counts) or sum(counts) > num_samples:
+        raise ValueError(f"class counts {counts} must be >= 0 and sum to at most num_samples={num_samples}")
+    if not any(correct):
+        return 0.0
+    log_fact = _log_comb_table(num_samples)
+    total = 0.0
+    for j, (a_j, ok) in enumerate(zip(counts, correct)):
+        if not ok or a_j == 0:
+            continue
+        others = [a for i, a in enumerate(counts) if i != j]
+        for x in range(1, min(a_j, k) + 1):
+            p_x = float(_hypergeom(log_fact, num_samples, a_j, np.array(k), np.array(x)))
+            if p_x == 0.0:
+                continue
+            rivals = [a for a in others if a >= x]  # classes that could tie with or beat x votes
+            left = k - x
+            max_ties = min(len(rivals), left // x)
+            state = np.zeros((left + 1, max_ties + 1))  # (draws left, classes tied at x)
+            state[left, 0] = 1.0
+            pool = num_samples - a_j
+            draws = np.arange(left + 1)[:, None]  # (R+1, 1)
+            hits = np.arange(x + 1)[None, :]  # (1, x+1): a rival may take 0..x votes, never more
+            for a in rivals:
+                h = _hypergeom(log_fact, pool, a, draws, hits)  # (R+1, x+1)
+                new = np.zeros_like(state)
+                for v in range(min(x, left + 1)):  # fewer votes than class j: draws left drop by v
+                    new[: left + 1 - v] += state[v:] * h[v:, v, None]
+                if max_ties:  # exactly x votes: a tie
+                    new[: left + 1 - x, 1:] += state[x:, :-1] * h[x:, x, None]
+                state = new
+                pool -= a
+            ties = np.arange(max_ties + 1)
+            total += p_x * float((state / (1.0 + ties)).sum())
+    return float(min(max(total, 0.0), 1.0))
+
+
+def maj_at_k(
+    answers: Sequence[str | None],
+    gold: str,
+    k: int,
+    equivalent: Equivalent | None = None,
+) -> float:
+    """maj@k of one problem from the extracted answers of its n samples (None: no answer).
+
+    Expectation over all k-subsets of the n samples that the majority answer class is equivalent to
+    ``gold``; votes pooled by equivalence; ties split credit among the tied classes. See module docs.
+
+    >>> maj_at_k(["4", "4", "5", None], "4", 4, equivalent=lambda a, b: a == b)
+    1.0
+    """
+    classes = group_answers(answers, gold, equivalent)
+    return maj_at_k_from_classes(classes.counts, classes.correct, classes.num_samples, k)
+
+
+def mean_over_problems(values: Iterable[float]) -> float:
+    """Benchmark score: the plain mean over problems of the per-problem estimates."""
+    values = list(values)
+    if not values:
+        raise ValueError("no problems to average over")
+    return float(sum(values) / len(values))
