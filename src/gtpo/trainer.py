@@ -1,0 +1,439 @@
+"""`GTPOTrainer`: TRL's `GRPOTrainer` with GTPO's loss (arXiv 2508.03772), as a thin subclass.
+
+What changes relative to `GRPOTrainer` (everything else is TRL's, untouched: generation with
+transformers or vLLM, rewards and advantages, PEFT, accumulation, DeepSpeed/FSDP, logging, checkpoints):
+
+- `_generate_and_score_completions`: after TRL computed the advantages, conflict spans (Sec. 5.1) are
+  computed over the batch gathered from every rank, where whole groups are visible, and this rank's
+  rows are sliced back exactly as TRL slices the advantages. They travel as two extra (B, T) bool
+  tensors, which TRL's shuffle/split keeps aligned with the other per-row tensors.
+- `_compute_loss`: the same single forward TRL runs (log-probs and entropies come from its fused LM
+  head), then `gtpo.core.gtpo_loss`: λ weights (Eq. 5), the entropy filter δ (Eq. 6), the entropy term
+  (Eq. 7), PPO clipping when the batch is reused (`num_iterations > 1`). No reference model, no KL.
+- `_prepare_inputs`: measures ⟨H⟩_ini once before the first step when `entropy_filter="auto"`
+  (see `gtpo.entropy_init`); `_save_checkpoint` / `_load_optimizer_and_scheduler` keep it.
+- Reward functions are wrapped so that one that raises, returns the wrong number of rewards, or NaN
+  fails with its name and the offending row.
+
+With `algorithm="grpo"` every override defers to TRL, for GRPO baselines from the same config.
+
+>>> from gtpo import GTPOConfig, GTPOTrainer
+>>> trainer = GTPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=reward, args=GTPOConfig("out"),
+...                       train_dataset=dataset)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import textwrap
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+from trl.trainer.utils import get_callable_name, is_async_callable
+
+from gtpo import core, entropy_init
+from gtpo.config import GTPOConfig
+
+logger = logging.getLogger(__name__)
+
+# Extra per-row tensors in the generation batch; TRL shuffles and splits them with the rest.
+FORWARD_SPAN = "gtpo_forward_span"
+BACKWARD_SPAN = "gtpo_backward_span"
+
+# Optional model inputs TRL's `_compute_loss` forwards to `_get_per_token_logps_and_entropies`.
+_FORWARD_INPUT_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+class GTPOTrainer(GRPOTrainer):
+    """Group-relative Trajectory-based Policy Optimization on TRL; arguments as `GRPOTrainer`'s.
+
+    `args` must be a `GTPOConfig` (every `GRPOConfig` argument is accepted there). The training
+    dataset needs a `prompt` column, as for `GRPOTrainer`.
+    """
+
+    _tag_names = ["trl", "grpo", "gtpo"]
+    _name = "GTPO"
+    _paper = {
+        "title": "GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy Control",
+        "id": "2508.03772",
+        "citation": textwrap.dedent("""\
+            @article{simoni2025gtpo,
+                title        = {{GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy Control}},
+                author       = {Marco Simoni and Aleksandar Fontana and Giulio Rossolini and Andrea Saracino and Paolo Mori},
+                year         = 2025,
+                eprint       = {arXiv:2508.03772},
+            }"""),
+    }
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GTPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = GTPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-GTPO")
+        elif not isinstance(args, GTPOConfig):
+            raise TypeError(
+                f"GTPOTrainer needs a GTPOConfig, got {type(args).__name__}. GTPOConfig accepts every GRPOConfig "
+                "argument: replace `GRPOConfig(...)` with `GTPOConfig(...)` (algorithm='grpo' gives TRL's GRPO)."
+            )
+        if args.gtpo_enabled and (tools or environment_factory is not None):
+            raise ValueError(
+                "tools and environment_factory put tool output inside completions, which algorithm='gtpo' does not "
+                "support yet (conflict spans and token means assume contiguous completions); use algorithm='grpo'"
+            )
+        if environment_factory is None:
+            _require_prompt_column(train_dataset, "train_dataset")
+            _require_prompt_column(eval_dataset, "eval_dataset")
+        super().__init__(
+            model=model,
+            reward_funcs=_guard_reward_funcs(reward_funcs),
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+        )
+        # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
+        self.initial_entropy: float | None = args.initial_entropy
+        self._initial_entropy_source = "config" if args.initial_entropy is not None else None
+
+    # ------------------------------------------------------------------ generation: conflict spans
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.gtpo_enabled and self.args.conflict_correction:
+            output[FORWARD_SPAN], output[BACKWARD_SPAN] = self._local_conflict_spans(output)
+        return output
+
+    def _local_conflict_spans(self, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's (B, T) forward/backward spans, computed over every rank's rows (whole groups)."""
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        ids, mask, advantages = output["completion_ids"], output["completion_mask"], output["advantages"]
+        n_local, length = ids.shape
+        acc = self.accelerator
+        # Ranks pad completions to their own longest one; pad to a common length before gathering.
+        # Padding carries mask 0, so it never takes part in spans (validity comes from the mask only).
+        all_ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=self._tokenizer.pad_token_id))
+        all_mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
+        all_advantages = acc.gather(advantages)  # rank-ordered, as TRL computed them before slicing
+        forward, backward = core.conflict_spans(all_ids, all_mask, all_advantages, group_size)  # (N, T_max)
+        rows = slice(acc.process_index * n_local, (acc.process_index + 1) * n_local)  # TRL's process_slice
+        return forward[rows, :length], backward[rows, :length]
+
+    # ------------------------------------------------------------------ ⟨H⟩_ini
+
+    def _prepare_inputs(self, generation_batch):
+        if self.args.needs_initial_entropy and self.initial_entropy is None:
+            self._measure_initial_entropy()
+        return super()._prepare_inputs(generation_batch)
+
+    def _measure_initial_entropy(self) -> None:
+        n = self.args.initial_entropy_prompts
+        prompts = entropy_init.first_prompts(self.train_dataset, n)
+        if len(prompts) < n:
+            logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n)
+        self.initial_entropy = entropy_init.measure_initial_entropy(self, prompts)
+        self._initial_entropy_source = "measured"
+        self._initial_entropy_prompts = len(prompts)
+        active = self.initial_entropy < core.LN2  # Eq. 6's gate (core.entropy_keep_mask, mode "auto")
+        logger.info(
+            "⟨H⟩_ini = %.4f nats on the first %d training prompts: the entropy filter (Eq. 6) is %s",
+            self.initial_entropy,
+            len(prompts),
+            "on" if active else "off",
+        )
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.gtpo_enabled and self.args.should_save:
+            directory = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            entropy_init.save_state(
+                directory,
+                {
+                    "initial_entropy": self.initial_entropy,
+                    "initial_entropy_source": self._initial_entropy_source,
+                    "initial_entropy_prompts": getattr(self, "_initial_entropy_prompts", None),
+                },
+            )
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not self.args.gtpo_enabled:
+            return
+        state = entropy_init.load_state(checkpoint)
+        saved = None if state is None else state.get("initial_entropy")
+        if saved is None:
+            return
+        if self.args.initial_entropy is None:
+            self.initial_entropy = float(saved)
+            self._initial_entropy_source = "checkpoint"
+            self._initial_entropy_prompts = state.get("initial_entropy_prompts")
+            logger.info("⟨H⟩_ini = %.4f nats restored from %s (not measured again)", self.initial_entropy, checkpoint)
+        elif not math.isclose(saved, self.args.initial_entropy):
+            logger.warning(
+                "GTPOConfig.initial_entropy=%s overrides the ⟨H⟩_ini=%s stored in %s",
+                self.args.initial_entropy,
+                saved,
+                checkpoint,
+            )
+
+    # ------------------------------------------------------------------ loss
+
+    def _compute_loss(self, model, inputs):
+        if not self.args.gtpo_enabled:
+            return super()._compute_loss(model, inputs)
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        if "tool_mask" in inputs:
+            # Tool output inside a completion leaves holes in the loss mask; core's spans and token means
+            # are defined on contiguous (right-padded) completions.
+            raise ValueError(
+                "completions with tool/environment output (tool_mask) are not supported with algorithm='gtpo'; "
+                "use algorithm='grpo' for tool-calling runs"
+            )
+
+        # The one forward pass TRL runs too; entropies come from the same fused LM head, at no extra pass.
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
+        )
+        old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
+        loss, metrics = core.gtpo_loss(
+            per_token_logps,
+            completion_mask,
+            inputs["advantages"],
+            forward_span=inputs.get(FORWARD_SPAN),
+            backward_span=inputs.get(BACKWARD_SPAN),
+            old_per_token_logps=old_per_token_logps,
+            token_entropy=entropies,
+            positive_weight=args.conflict_positive_weight,
+            combine=args.conflict_combine,
+            entropy_filter=args.entropy_filter,
+            entropy_threshold=args.entropy_threshold,
+            initial_entropy=self.initial_entropy,
+            gamma=args.entropy_gamma,
+            entropy_term=args.entropy_term,
+            aggregation=args.gtpo_aggregation,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
+        # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
+        # whole batch, whatever its split: "sequence" is a mean over the micro-batch (as TRL's "grpo");
+        # "reference" is a sum over the micro-batch's completions, turned into a sum within each group
+        # averaged over groups (the authors' code trains one group per step, where the two agree).
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if args.gtpo_aggregation == "reference":
+            group_size = self.num_generations if mode == "train" else self.num_generations_eval
+            normalizer = normalizer * completion_ids.size(0) / group_size
+        loss = loss / normalizer
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        if self.initial_entropy is not None:
+            metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
+        self._log_metrics(
+            mode, metrics, per_token_logps, old_per_token_logps, entropies, completion_mask, inputs["advantages"]
+        )
+        return loss
+
+    def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
+        """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
+        device = per_token_logps.device
+        mask = mask.to(per_token_logps.dtype)
+        coef = torch.ones_like(per_token_logps)
+        if old_per_token_logps is not None:
+            coef = torch.exp(per_token_logps.detach() - old_per_token_logps)
+        adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
+        low = ((coef < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
+        high = ((coef > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
+        token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
+        token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
+        totals = self.accelerator.reduce(token_sums.float(), reduction="sum")
+        count = totals[-1].clamp(min=1.0)
+        for i, key in enumerate(("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")):
+            self._metrics[mode][key].append((totals[i] / count).item())
+
+        keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
+        if keys:
+            values = torch.stack([torch.as_tensor(metrics[k], device=device).detach().float().reshape(()) for k in keys])
+            gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
+            for key, value in zip(keys, gathered.nanmean(dim=0).tolist()):
+                self._metrics[mode][key].append(value)
+
+
+# ---------------------------------------------------------------------- input checks
+
+
+def _require_prompt_column(dataset, name: str) -> None:
+    if dataset is None:
+        return
+    if isinstance(dataset, dict):
+        for key, part in dataset.items():
+            _require_prompt_column(part, f"{name}[{key!r}]")
+        return
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:  # a streaming dataset whose features are unknown until read
+        return
+    if "prompt" not in columns:
+        raise ValueError(
+            f"{name} has no 'prompt' column (columns: {list(columns)}). GTPOTrainer, like GRPOTrainer, generates "
+            "from a 'prompt' column (plain text or a list of chat messages); rename yours, e.g. "
+            "dataset.rename_column('question', 'prompt')."
+        )
+
+
+def _guard_reward_funcs(reward_funcs):
+    """Wrap plain-callable reward functions so that their failures name the function and the row."""
+    if reward_funcs is None:
+        return None
+    single = not isinstance(reward_funcs, list)
+    funcs = [reward_funcs] if single else list(reward_funcs)
+    guarded = []
+    for func in funcs:
+        if isinstance(func, (str, torch.nn.Module, _CheckedReward)) or not callable(func):
+            guarded.append(func)  # reward models and hub ids are TRL's business
+        elif is_async_callable(func):
+            guarded.append(_CheckedAsyncReward(func))
+        else:
+            guarded.append(_CheckedReward(func))
+    return guarded[0] if single else guarded
+
+
+_PROBE_SKIP = ("trainer_state", "log_extra", "log_metric")
+
+
+class _CheckedReward:
+    """A reward function that reports which function and which row went wrong. Picklable if `func` is."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__name__ = get_callable_name(func)  # TRL logs rewards/<name>/mean under this name
+
+    def __call__(self, prompts, completions, **kwargs):
+        try:
+            rewards = self.func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
+            raise self._locate(error, prompts, completions, kwargs) from error
+        return _check_rewards(self.__name__, rewards, prompts, completions)
+
+    def _locate(self, error, prompts, completions, kwargs):
+        """Re-run row by row (with logging hooks muted) to name the first row that raises."""
+        n = len(prompts)
+        quiet = {"log_extra": lambda *a, **k: None, "log_metric": lambda *a, **k: None}
+        for row in range(n):
+            row_kwargs = {
+                key: (value[row : row + 1] if isinstance(value, list) and len(value) == n else value)
+                for key, value in kwargs.items()
+            }
+            row_kwargs.update({k: v for k, v in quiet.items() if k in kwargs})
+            try:
+                result = self.func(prompts=prompts[row : row + 1], completions=completions[row : row + 1], **row_kwargs)
+                if hasattr(result, "__await__"):
+                    result.close()  # never awaited; only the synchronous path probes rows
+            except Exception:
+                return _reward_error(self.__name__, f"raised {type(error).__name__}: {error}", row, prompts, completions)
+        return ValueError(
+            f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on a batch of {n} rows "
+            "(no single row raises on its own)"
+        )
+
+
+class _CheckedAsyncReward(_CheckedReward):
+    async def __call__(self, prompts, completions, **kwargs):
+        try:
+            rewards = await self.func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
+            raise ValueError(
+                f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on a batch of "
+                f"{len(prompts)} rows; first row: prompt={_preview(prompts[0])}"
+            ) from error
+        return _check_rewards(self.__name__, rewards, prompts, completions)
+
+
+def _check_rewards(name, rewards, prompts, completions):
+    n = len(prompts)
+    try:
+        count = len(rewards)
+    except TypeError:
+        raise ValueError(
+            f"reward function {name!r} returned {type(rewards).__name__}, not a list of {n} rewards "
+            "(one float per completion, or None where the reward does not apply)"
+        ) from None
+    if count != n:
+        raise ValueError(
+            f"reward function {name!r} returned {count} rewards for {n} completions; it must return one per "
+            "completion (None where the reward does not apply)"
+        )
+    for row, value in enumerate(rewards):
+        if value is None:
+            continue  # TRL's "not applicable"
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if not isinstance(value, numbers.Real):
+            return_type = type(value).__name__
+            raise _reward_error(name, f"returned a {return_type} ({value!r}), not a number", row, prompts, completions)
+        if not math.isfinite(value):
+            raise _reward_error(
+                name, f"returned {value} (use None to mark a reward as not applicable)", row, prompts, completions
+            )
+    return rewards
+
+
+def _reward_error(name, what, row, prompts, completions) -> ValueError:
+    return ValueError(
+        f"reward function {name!r} {what} on row {row} of this process's batch: "
+        f"prompt={_preview(prompts[row])}, completion={_preview(completions[row])}"
+    )
+
+
+def _preview(value, limit: int = 160) -> str:
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        value = value[-1].get("content", value)  # the last chat message
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
