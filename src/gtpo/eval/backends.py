@@ -1,0 +1,270 @@
+"""Sampling completions for evaluation: transformers ``generate`` (any machine) or vLLM (GPU, optional).
+
+Both backends take chat prompts (lists of ``{"role", "content"}`` messages), render them with the
+model's chat template, sample one completion per prompt, and return the text *with* special tokens
+kept (the tiny model's ``<answer>`` tags are special tokens), cut at the first end-of-sequence token.
+
+Sampling is pure temperature / top-p sampling: the model's own ``generation_config`` defaults (Qwen
+ships top_k=20, top_p=0.8, repetition_penalty=1.05) are replaced, so "temperature 1.0" means what the
+paper's evaluation means (Sec. 6).
+
+>>> backend = make_backend("tiny", "transformers")  # doctest: +SKIP
+>>> backend.generate([[{"role": "user", "content": "What is 2+2?"}]], seeds=[0],
+...                  sampling=SamplingSettings(max_new_tokens=8))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+Messages = list[dict]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How completions are sampled. Defaults are the paper's evaluation: temperature 1.0, no top-p/top-k.
+
+    temperature 0 means greedy decoding; top_k 0 means no top-k filtering.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 1024
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion: text up to (not including) EOS, its length in tokens (EOS included when
+    the model stopped), and whether it hit max_new_tokens without stopping."""
+
+    text: str
+    length: int
+    truncated: bool
+
+
+class Backend(Protocol):
+    name: str
+
+    def generate(
+        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
+    ) -> list[Completion]:
+        """One completion per prompt; ``seeds`` has one seed per prompt."""
+        ...
+
+
+def render_prompt(tokenizer, messages: Messages) -> str:
+    """The prompt text the model sees: its chat template with the assistant turn opened."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    logger.warning("tokenizer has no chat template: joining the messages as plain text")
+    return "\n\n".join(m["content"] for m in messages) + "\n\n"
+
+
+def vllm_available() -> bool:
+    """vLLM is importable and a CUDA device is present."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _adapter_base(path: str) -> str | None:
+    config = Path(path) / "adapter_config.json"
+    return json.loads(config.read_text())["base_model_name_or_path"] if config.is_file() else None
+
+
+# Name registry: `--backend` choices, each a factory (model, dtype, seed) -> Backend.
+def _make_transformers(model: str, dtype: str | None, seed: int) -> Backend:
+    return TransformersBackend(model, dtype=dtype)
+
+
+def _make_vllm(model: str, dtype: str | None, seed: int) -> Backend:
+    return VLLMBackend(model, dtype=dtype, seed=seed)
+
+
+BACKENDS = {"transformers": _make_transformers, "vllm": _make_vllm}
+BACKEND_CHOICES = ("auto", *BACKENDS)
+
+
+def choose_backend(name: str, model: str) -> str:
+    """Resolve ``"auto"``: vLLM when importable with a GPU (and the model is not a GGUF file), else
+    transformers. Any other name must be in :data:`BACKENDS`."""
+    if name == "auto":
+        from gtpo.models import resolve_model
+
+        if vllm_available() and resolve_model(model).gguf_file is None:
+            return "vllm"
+        return "transformers"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; valid backends: {list(BACKEND_CHOICES)}")
+    return name
+
+
+def make_backend(model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0) -> Backend:
+    """Load ``model`` (hub id, directory, LoRA adapter directory, "tiny", "smollm2") into a backend."""
+    name = choose_backend(backend, model)
+    logger.info("evaluation backend: %s", name)
+    return BACKENDS[name](model, dtype, seed)
+
+
+class TransformersBackend:
+    """Batched ``model.generate`` with left padding; runs on CPU or one GPU.
+
+    Reproducibility: the torch RNG is seeded with the batch's first seed before each call, so the same
+    batch (same prompts, same order, same size) gives the same completions on the same machine.
+    """
+
+    name = "transformers"
+
+    def __init__(self, model: str, dtype: str | None = None, device: str | None = None):
+        import torch
+
+        from gtpo.models import load_model_and_tokenizer
+
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dtype is None and self.device.type == "cuda":
+            dtype = "bfloat16"
+        self.model, self.tokenizer = load_model_and_tokenizer(model, dtype=dtype)
+        self.model.to(self.device).eval()
+        self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
+            eos.append(self.tokenizer.eos_token_id)
+        self.eos_ids = eos
+
+    def _generation_config(self, sampling: SamplingSettings):
+        from transformers import GenerationConfig
+
+        # A fresh config, so the checkpoint's own sampling defaults (top_k, repetition penalty) do not apply.
+        if sampling.temperature == 0:
+            return GenerationConfig(
+                do_sample=False,
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        return GenerationConfig(
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+
+    def generate(
+        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
+    ) -> list[Completion]:
+        import torch
+
+        if len(prompts) != len(seeds):
+            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+        if not prompts:
+            return []
+        texts = [render_prompt(self.tokenizer, m) for m in prompts]
+        batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        torch.manual_seed(int(seeds[0]))
+        with torch.inference_mode():
+            out = self.model.generate(**batch, generation_config=self._generation_config(sampling))
+        new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()  # (B, <= max_new_tokens)
+        return [self._completion(ids) for ids in new_tokens]
+
+    def _completion(self, ids: list[int]) -> Completion:
+        stop = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
+        if stop is None:
+            # No EOS: the row ran to max_new_tokens (rows only get padding after their own EOS).
+            return Completion(self.tokenizer.decode(ids, skip_special_tokens=False), len(ids), True)
+        return Completion(self.tokenizer.decode(ids[:stop], skip_special_tokens=False), stop + 1, False)
+
+
+class VLLMBackend:
+    """vLLM offline engine (``pip install gtpo[vllm]``, GPU). A LoRA adapter directory is served on its
+    base model through ``LoRARequest``; each prompt gets its own seed, so completions do not depend on
+    how prompts are batched."""
+
+    name = "vllm"
+
+    def __init__(self, model: str, dtype: str | None = None, seed: int = 0, **llm_kwargs):
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, "
+                             "or use --backend transformers")
+        from vllm import LLM
+
+        from gtpo.models import resolve_model
+
+        source = resolve_model(model)
+        if source.gguf_file is not None:
+            raise ValueError(f"backend 'vllm' does not load the offline GGUF model {model!r}; "
+                             "use --backend transformers")
+        self.lora_request = None
+        base = _adapter_base(source.path)
+        kwargs = dict(model=base or source.path, seed=seed, dtype=dtype or "auto", **llm_kwargs)
+        if base is not None:
+            from vllm.lora.request import LoRARequest
+
+            rank = json.loads((Path(source.path) / "adapter_config.json").read_text()).get("r", 16)
+            kwargs.update(enable_lora=True, max_lora_rank=max(int(rank), 8))
+            self.lora_request = LoRARequest("eval-adapter", 1, source.path)
+            tokenizer_dir = Path(source.path)
+            if any(tokenizer_dir.glob("tokenizer*")):
+                kwargs["tokenizer"] = str(tokenizer_dir)
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(
+        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
+    ) -> list[Completion]:
+        from vllm import SamplingParams
+
+        if len(prompts) != len(seeds):
+            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+        if not prompts:
+            return []
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
+                top_k=sampling.top_k if sampling.top_k > 0 else -1,
+                repetition_penalty=1.0,
+                max_tokens=sampling.max_new_tokens,
+                seed=int(seed),
+                skip_special_tokens=False,  # keep tags that some tokenizers make special
+            )
+            for seed in seeds
+        ]
+        texts = [render_prompt(self.tokenizer, m) for m in prompts]
+        outputs = self.llm.generate(texts, params, lora_request=self.lora_request, use_tqdm=False)
+        completions = []
+        for output in outputs:
+            sample = output.outputs[0]
+            truncated = sample.finish_reason == "length"
+            completions.append(Completion(sample.text, len(sample.token_ids), truncated))
+        return completions
