@@ -1,0 +1,352 @@
+"""Sample n completions per problem, grade them, write records, and report pass@k and maj@k.
+
+One run folder per (model, task):
+
+- ``run.json``: the settings that define the samples (model, task, split, source, n, seed, sampling,
+  system prompt). A second run into the same folder must use the same ones, or it stops with an error:
+  samples drawn under different settings are never mixed.
+- ``samples.jsonl``: one record per completion, appended batch by batch with flush + fsync, so an
+  interrupted run loses at most the batch in flight; a re-run skips every (problem_id, sample_index)
+  already recorded. Record fields: problem_id, sample_index, text, answer (extracted, or null), correct,
+  length (completion tokens, EOS included), truncated (hit max_new_tokens), gold.
+- ``results.json``: written when every selected problem has its n records; pass@k and maj@k for
+  k = 1, 2, 4, ..., n (and n), computed from ``samples.jsonl`` alone (see :func:`summarize_records`).
+
+>>> from gtpo.eval.runner import EvalConfig, evaluate
+>>> results = evaluate(EvalConfig(model="tiny", task="gsm8k", output_dir="out/eval/tiny/gsm8k",
+...                               num_samples=4, limit=3, sampling=SamplingSettings(max_new_tokens=32)))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import logging
+import os
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
+from gtpo.eval.metrics import group_answers, maj_at_k_from_classes, pass_at_k, powers_of_two_up_to
+
+logger = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "results.json"
+
+# Settings that decide what the samples are: they must match to add to an existing run folder.
+# (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
+RUN_KEYS = ("model", "task", "split", "source", "num_samples", "seed", "sampling", "system_prompt")
+
+
+@dataclass
+class EvalConfig:
+    """One evaluation: ``num_samples`` completions for each of the first ``limit`` problems of a task.
+
+    model: hub id, local checkpoint, LoRA adapter dir, "tiny" or "smollm2". task/split/source: as in
+    ``gtpo.data.load_task`` (source: a local JSONL file or other source instead of the hub).
+    label: the name plots use (default: derived from ``model``).
+    """
+
+    model: str
+    output_dir: str | Path
+    task: str = "gsm8k"
+    split: str = "test"
+    source: str | None = None
+    num_samples: int = 32
+    limit: int | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    seed: int = 0
+    batch_size: int = 16
+    backend: str = "auto"
+    dtype: str | None = None
+    label: str | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 (or None for all problems), got {self.limit}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str | int
+    prompt: list[dict]
+    gold: str
+
+
+def default_label(model: str) -> str:
+    """A short name for plots: the hub repo name, or the last path parts (".../run/checkpoint-500")."""
+    parts = [p for p in str(model).replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts:
+        return str(model)
+    if parts[-1].startswith("checkpoint") and len(parts) > 1:
+        return "/".join(parts[-2:])
+    return parts[-1]
+
+
+def _normalise_path(value: str | None) -> str | None:
+    """Existing local paths are stored absolute, so a relative and an absolute spelling match."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
+class LazyBackend:
+    """A backend that loads the model on first use, so a finished run re-opens without loading it."""
+
+    def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0):
+        self.name = choose_backend(backend, model)
+        self._args = (model, self.name, dtype, seed)
+        self._backend: Backend | None = None
+
+    def generate(self, prompts, seeds, sampling):
+        if self._backend is None:
+            self._backend = make_backend(*self._args)
+        return self._backend.generate(prompts, seeds, sampling)
+
+
+def load_problems(task: str, split: str = "test", source: str | None = None, limit: int | None = None) -> list[Problem]:
+    """The first ``limit`` problems of a task, via ``gtpo.data.load_task`` (prompt, answer, id)."""
+    from gtpo.data import load_task
+
+    dataset = load_task(task, split, source=source)
+    missing = {"prompt", "answer", "id"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(f"task {task!r} rows lack columns {sorted(missing)}; got {dataset.column_names}")
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    problems = [Problem(row["id"], row["prompt"], str(row["answer"])) for row in dataset]
+    ids = [str(p.id) for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"task {task!r} has duplicate problem ids; records could not be matched to problems")
+    return problems
+
+
+def unit_seed(seed: int, problem_id, sample_index: int) -> int:
+    """Seed of one (problem, sample): independent of batching, order and which problems are selected."""
+    entropy = [int(seed) & 0xFFFFFFFF, zlib.crc32(str(problem_id).encode()), int(sample_index)]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Records of ``samples.jsonl``. A torn last line (a write cut by an interrupt) is dropped and cut
+    from the file, so appending continues on a clean line; a bad line elsewhere is an error."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        logger.warning("%s: dropping an unfinished last line (%d bytes) from an interrupted write", path, len(data) - keep)
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+        data = data[:keep]
+    records = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not valid JSON ({err}); the records file is corrupt") from err
+    return records
+
+
+def _append_records(path: Path, records: Iterable[dict]) -> None:
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(lines)
+        f.flush()
+        os.fsync(f.fileno())  # the batch is on disk before the next one starts
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
+    first = problems[0].prompt if problems else []
+    system = next((m["content"] for m in first if m.get("role") == "system"), None)
+    return {
+        "model": _normalise_path(config.model),
+        "task": config.task,
+        "split": config.split,
+        "source": _normalise_path(config.source),
+        "num_samples": config.num_samples,
+        "seed": config.seed,
+        "sampling": config.sampling.to_dict(),
+        "system_prompt": system,
+    }
+
+
+def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        if (run_dir / SAMPLES_FILE).exists():
+            raise ValueError(f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
+                             "samples were drawn; use another output directory")
+        _write_json_atomic(path, {**settings, "created": _now()})
+        return
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    diffs = [f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
+             for key in RUN_KEYS if recorded.get(key) != settings[key]]
+    if diffs:
+        raise ValueError(
+            f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
+            f"ones. Use another --output-dir, or the recorded settings. Differences: " + "; ".join(diffs)
+        )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _graders():
+    from gtpo.grading import extract_answer, is_equivalent
+
+    # Many completions repeat the same answer: cache the (prediction, gold) verdicts.
+    return extract_answer, functools.lru_cache(maxsize=1 << 16)(is_equivalent)
+
+
+def grade(text: str, gold: str, extract_answer, is_equivalent) -> tuple[str | None, bool]:
+    """(extracted answer, correct) with the project's one grader."""
+    answer = extract_answer(text)
+    return answer, bool(answer is not None and is_equivalent(answer, gold))
+
+
+def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
+    """Run (or resume) one evaluation; returns the results dict also written to ``results.json``.
+
+    ``backend``: an already loaded backend to share between tasks; default: load ``config.model`` with
+    ``config.backend`` on first need (a run that is already complete loads no model).
+    """
+    from gtpo.models import resolve_model
+
+    resolve_model(config.model)  # fail fast on a missing path, naming the valid choices
+    problems = load_problems(config.task, config.split, config.source, config.limit)
+    if not problems:
+        raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = _run_settings(config, problems)
+    _check_or_write_run_file(run_dir, settings)
+
+    samples_path = run_dir / SAMPLES_FILE
+    done = {(str(r["problem_id"]), int(r["sample_index"])) for r in read_records(samples_path)}
+    units = [(p, s) for p in problems for s in range(config.num_samples)]
+    pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
+    logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
+
+    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
+    if pending:
+        _sample(config, backend, units, done, samples_path)
+    results = summarize_records(read_records(samples_path), problems, config.num_samples)
+    results = {
+        **settings,
+        "label": config.label or default_label(config.model),
+        "backend": backend.name,
+        "dtype": config.dtype,
+        **results,
+        "files": {"records": SAMPLES_FILE, "run": RUN_FILE},
+        "created": _now(),
+    }
+    _write_json_atomic(run_dir / RESULTS_FILE, results)
+    logger.info("%s pass@k %s maj@k %s", config.task, results["pass@k"], results["maj@k"])
+    return results
+
+
+def _sample(config: EvalConfig, backend: Backend, units, done: set, samples_path: Path) -> None:
+    from tqdm.auto import tqdm
+
+    extract_answer, is_equivalent = _graders()
+    # Fixed batches over the full unit list: the same batches (hence, on one machine, the same samples)
+    # whether or not the run was interrupted, as long as batch_size and the problem selection agree.
+    batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
+    already = sum((str(p.id), s) in done for p, s in units)
+    with tqdm(total=len(units), initial=already, unit="sample", desc=f"eval {config.task}",
+              disable=not config.progress, dynamic_ncols=True) as bar:
+        for batch in batches:
+            todo = [(p, s) for p, s in batch if (str(p.id), s) not in done]
+            if not todo:
+                continue
+            seeds = [unit_seed(config.seed, p.id, s) for p, s in todo]
+            completions = backend.generate([p.prompt for p, _ in todo], seeds, config.sampling)
+            if len(completions) != len(todo):
+                raise RuntimeError(f"backend returned {len(completions)} completions for {len(todo)} prompts")
+            records = []
+            for (problem, s), completion in zip(todo, completions):
+                answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
+                records.append({
+                    "problem_id": problem.id,
+                    "sample_index": s,
+                    "text": completion.text,
+                    "answer": answer,
+                    "correct": correct,
+                    "length": completion.length,
+                    "truncated": completion.truncated,
+                    "gold": problem.gold,
+                })
+            _append_records(samples_path, records)
+            done.update((str(p.id), s) for p, s in todo)
+            bar.update(len(todo))
+
+
+def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_samples: int) -> dict:
+    """pass@k and maj@k (means over problems) from records; only ``problems`` and sample indices
+    < ``num_samples`` count, and each problem must have all of them."""
+    _, is_equivalent = _graders()
+    wanted = {str(p.id): p for p in problems}
+    by_problem: dict[str, dict[int, dict]] = {key: {} for key in wanted}
+    for r in records:
+        key, s = str(r["problem_id"]), int(r["sample_index"])
+        if key in wanted and s < num_samples:
+            by_problem[key].setdefault(s, r)  # the first record of a (problem, sample) wins
+    incomplete = {k: len(v) for k, v in by_problem.items() if len(v) != num_samples}
+    if incomplete:
+        example = next(iter(incomplete.items()))
+        raise ValueError(f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
+                         f"{num_samples}); re-run the evaluation to finish them")
+    ks = powers_of_two_up_to(num_samples)
+    pass_sum = dict.fromkeys(ks, 0.0)
+    maj_sum = dict.fromkeys(ks, 0.0)
+    answered = truncated = length = 0
+    for key, samples in by_problem.items():
+        rows = [samples[s] for s in range(num_samples)]
+        num_correct = sum(bool(r["correct"]) for r in rows)
+        classes = group_answers([r["answer"] for r in rows], wanted[key].gold, is_equivalent)
+        for k in ks:
+            pass_sum[k] += pass_at_k(num_samples, num_correct, k)
+            maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
+        answered += sum(r["answer"] is not None for r in rows)
+        truncated += sum(bool(r["truncated"]) for r in rows)
+        length += sum(int(r["length"]) for r in rows)
+    num_problems, total = len(by_problem), len(by_problem) * num_samples
+    return {
+        "num_problems": num_problems,
+        "ks": ks,
+        "pass@k": {str(k): pass_sum[k] / num_problems for k in ks},
+        "maj@k": {str(k): maj_sum[k] / num_problems for k in ks},
+        "answered_frac": answered / total,
+        "truncated_frac": truncated / total,
+        "mean_length": length / total,
+        "estimators": {
+            "pass@k": "unbiased estimator of Chen et al. (2021) from n samples, mean over problems",
+            "maj@k": "expectation over k-subsets of the n samples; answers pooled by gtpo.grading.is_equivalent; "
+                     "no-answer samples never win; ties split credit; mean over problems",
+        },
+    }
+
