@@ -11,13 +11,13 @@ from __future__ import annotations
 import torch
 from datasets import Dataset
 
-# (text, reward): forward spans come from shared openings, backward spans from shared endings.
+# (text, reward). Forward spans come from shared openings ("Let us think. ", "We add. The answer is "),
+# backward spans from the shared ending (". <eos>"). Groups are laid out ++-- or --++, so each half of
+# a group holds one sign only: split across two ranks, neither half has a conflict on its own.
 TABLE = [
     ("Let us think. The answer is four.", 1.0),
-    ("Let us think. The answer is five.", 0.0),
-    ("Let me see. The answer is four.", 1.0),
-    ("Let us think. It is seven.", 0.0),
     ("We add. The answer is four.", 1.0),
+    ("Let us think. It is seven.", 0.0),
     ("We add. The answer is six.", 0.0),
 ]
 
@@ -47,7 +47,8 @@ class FixedGeneration:
         completions = []
         for i, ids in enumerate(prompt_ids):
             row = rank * n + i  # global row in the generation batch
-            choice = (sum(ids) + row % group) % len(TABLE)  # prompt picks the rotation, place picks the row
+            rotation = 2 * (sum(ids) % 2)  # the prompt picks ++-- or --++
+            choice = (rotation + row % group) % len(TABLE)
             text = TABLE[choice][0]
             completions.append(self._tokenizer.encode(text, add_special_tokens=False) + [self._tokenizer.eos_token_id])
         return completions, None

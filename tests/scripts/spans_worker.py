@@ -1,0 +1,114 @@
+"""One GTPO step on fixed completions, recording what each rank computed for each row of the batch.
+
+Run by tests/test_trainer_distributed.py, either as one process:
+
+    python spans_worker.py OUT --per-device 6
+
+or as two (gloo on CPU), with the same global batch split over the ranks:
+
+    accelerate launch --cpu --num_processes 2 spans_worker.py OUT --per-device 3
+
+Each rank writes OUT/rank<r>.json: for every row of its part of the generation batch (before TRL
+shuffles it), the global row index, prompt, completion ids, advantage, forward/backward spans and
+λ (Eq. 5), over valid tokens. Rank 0 writes OUT/params.pt and OUT/params_before.pt, the trainable
+parameters after and before the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state  # noqa: E402
+
+from gtpo import GTPOConfig, GTPOTrainer, core  # noqa: E402
+from gtpo.models import tiny_model_dir  # noqa: E402
+from gtpo.trainer import BACKWARD_SPAN, FORWARD_SPAN  # noqa: E402
+
+
+class RecordingTrainer(FixedGeneration, GTPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rank, n = self.accelerator.process_index, len(inputs)
+        advantages = output["advantages"]
+        lam = core.conflict_weights(
+            output[FORWARD_SPAN], output[BACKWARD_SPAN], advantages,
+            self.args.conflict_positive_weight, self.args.conflict_combine,
+        )  # (B, T)
+        for i in range(n):
+            valid = output["completion_mask"][i].bool()
+            self.records.append({
+                "row": rank * n + i,
+                "rank": rank,
+                "prompt": inputs[i]["prompt"][-1]["content"],
+                "ids": output["completion_ids"][i][valid].tolist(),
+                "advantage": advantages[i].item(),
+                "forward": output[FORWARD_SPAN][i][valid].int().tolist(),
+                "backward": output[BACKWARD_SPAN][i][valid].int().tolist(),
+                "lambda": lam[i][valid].tolist(),
+            })
+        return output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--per-device", type=int, required=True)
+    parser.add_argument("--combine", default="union")
+    options = parser.parse_args()
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    args = GTPOConfig(
+        output_dir=str(out / "run"),
+        per_device_train_batch_size=options.per_device,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        optim="sgd",
+        learning_rate=1.0,
+        max_grad_norm=0.0,
+        lr_scheduler_type="constant",
+        conflict_combine=options.combine,
+        initial_entropy=1.0,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        gradient_checkpointing=False,
+    )
+    trainer = RecordingTrainer(
+        model=str(tiny_model_dir()), reward_funcs=table_reward, args=args, train_dataset=make_dataset(24)
+    )
+    before = trainable_state(trainer.model)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "world_size": trainer.accelerator.num_processes,
+        "records": trainer.records,
+    }))
+    if rank == 0:
+        torch.save(trainable_state(trainer.accelerator.unwrap_model(trainer.model)), out / "params.pt")
+        torch.save(before, out / "params_before.pt")
+    trainer.accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()
