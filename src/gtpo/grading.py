@@ -207,7 +207,8 @@ _TEXT_COMMANDS = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|m
 _LATEX_SPACES = re.compile(r"\\[,;: ]|\\q?quad\b|~")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree\b")
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
-_PREFIX = re.compile(r"^(?:[a-z]\w*\s*=|(?:the\s+)?(?:final\s+)?answer\s*(?:is|=|:)?)\s*:?\s*", re.IGNORECASE)
+# "x = 5", "16 - 3 - 4 = 9" (the value after the last "="), "The answer is 5", "Answer: 5".
+_PREFIX = re.compile(r"^(?:(?:[^=,;]*=)+|(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)?)\s*:?\s*", re.IGNORECASE)
 _UNIT_WORD = r"[a-zA-Z]{2,}(?:\^\{?\d\}?)?\.?"
 # Words must be separated (by spaces or "/"): adjacent letter runs would make the regex backtrack.
 _SUFFIX = re.compile(rf"\s*{_UNIT_WORD}(?:\s*/\s*[a-zA-Z]+|\s+{_UNIT_WORD})*$")
@@ -216,6 +217,8 @@ _NOT_UNITS = {"pi", "sqrt", "and", "or", "times", "plus", "minus", "over", "mod"
 _FRAC = re.compile(rf"^([-+]?)\\frac\s*\{{\s*({_NUMBER})\s*\}}\s*\{{\s*({_NUMBER})\s*\}}$")
 _FRAC_SHORT = re.compile(r"^([-+]?)\\frac\s*(\d)\s*(\d)$")  # \frac12
 _SLASH = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
+# Mixed numbers, as 14 MATH golds write them: "137 \frac{1}{2}" is 137.5 (latex2sympy reads them so too).
+_MIXED = re.compile(r"^([-+]?)(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$")
 # An unevaluated arithmetic expression ("37 + 12"), as opposed to a number written in LaTeX.
 _ARITHMETIC = re.compile(r"[\d)}]\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*[\d(\\{]")
 
@@ -277,6 +280,14 @@ def _as_number(key: str) -> tuple[Fraction, bool] | None:
                 return None
             value = _to_fraction(num) / den_value
             return (-value if sign == "-" else value), "." in num + den
+    m = _MIXED.match(s)
+    if m:
+        sign, whole, num_braced, num_digit, den_braced, den_digit = m.groups()
+        num, den = int(num_braced or num_digit), int(den_braced or den_digit)
+        if den == 0:
+            return None
+        value = int(whole) + Fraction(num, den)
+        return (-value if sign == "-" else value), False
     m = _SLASH.match(s)
     if m:
         den_value = _to_fraction(m.group(2))
@@ -367,7 +378,10 @@ class _Watchdog:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self.fired = False
-        threading.Thread(target=self._watch, args=(seconds,), daemon=True, name="gtpo-grading-deadline").start()
+        self._thread = threading.Thread(target=self._watch, args=(seconds,), daemon=True, name="gtpo-grading-deadline")
+
+    def start(self) -> None:
+        self._thread.start()
 
     def _watch(self, seconds: float) -> None:
         if self._done.wait(seconds):
@@ -398,6 +412,7 @@ def _call_with_deadline(fn, seconds: float | None, *args):
     watchdog = _Watchdog(seconds)
     result, finished = _TIMED_OUT, False
     try:
+        watchdog.start()  # inside the try: under load the deadline can pass before start() returns
         result, finished = fn(*args), True
     except _Deadline:
         pass
