@@ -24,9 +24,13 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gtpo.grading import extract_gold
 from gtpo.prompts import SYSTEM_PROMPT, WORKED_EXAMPLES, build_prompt
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -433,7 +437,7 @@ def load_task(
     seed: int = 0,
     column_map: Mapping[str, str] | None = None,
     **options,
-) -> "datasets.Dataset":  # noqa: F821
+) -> datasets.Dataset:
     """Load task `name` (a key of `TASKS`) as a Dataset with the columns of `COLUMNS`.
 
     split: "train" or "test" (the single-split benchmarks have "test" only).

@@ -207,8 +207,8 @@ _TEXT_COMMANDS = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|m
 _LATEX_SPACES = re.compile(r"\\[,;: ]|\\q?quad\b|~")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree\b")
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+"
-# "x = 5", "16 - 3 - 4 = 9" (the value after the last "="), "The answer is 5", "Answer: 5".
-_PREFIX = re.compile(r"^(?:(?:[^=,;]*=)+|(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)?)\s*:?\s*", re.IGNORECASE)
+# "x = 5", "16 - 3 - 4 = 9" (the value after the last "="), "The answer is 5", "Answer: 5"; not "x <= 5".
+_PREFIX = re.compile(r"^(?:(?:[^=,;<>!]*=)+|(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)?)\s*:?\s*", re.IGNORECASE)
 _UNIT_WORD = r"[a-zA-Z]{2,}(?:\^\{?\d\}?)?\.?"
 # Words must be separated (by spaces or "/"): adjacent letter runs would make the regex backtrack.
 _SUFFIX = re.compile(rf"\s*{_UNIT_WORD}(?:\s*/\s*[a-zA-Z]+|\s+{_UNIT_WORD})*$")
@@ -437,9 +437,15 @@ def _silence_math_verify_timeout_warning() -> None:
 
 @functools.lru_cache(maxsize=1)
 def _math_verify():
+    """math-verify, imported and warmed up once per process, outside any deadline: importing it and
+    sympy's lazily loaded simplification code takes seconds on a busy machine, which must not count
+    against the first answer graded."""
     import math_verify
 
     _silence_math_verify_timeout_warning()
+    config = [math_verify.LatexExtractionConfig()]
+    warm = math_verify.parse("$x^2 + 2x + 1$", extraction_config=config, parsing_timeout=None)
+    math_verify.verify(warm, math_verify.parse("$(x+1)^2$", extraction_config=config, parsing_timeout=None), timeout_seconds=None)
     return math_verify
 
 
@@ -510,13 +516,25 @@ def _verify(prediction: str, gold: str) -> bool:
     return bool(mv.verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None))
 
 
+class _TimedOut(Exception):
+    pass
+
+
 @functools.lru_cache(maxsize=16_384)
-def _symbolic_equal(prediction: str, gold: str, timeout: float | None) -> bool:
+def _cached_verify(prediction: str, gold: str, timeout: float | None) -> bool:
     result = _call_with_deadline(_verify, timeout, prediction, gold)
     if result is _TIMED_OUT:
+        raise _TimedOut  # not cached: the same pair may finish in time when the machine is less busy
+    return result
+
+
+def _symbolic_equal(prediction: str, gold: str, timeout: float | None) -> bool:
+    _math_verify()  # the one-time import and warm-up stay outside the deadline
+    try:
+        return _cached_verify(prediction, gold, timeout)
+    except _TimedOut:
         logger.warning("grading timed out after %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold)
         return False
-    return result
 
 
 def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> bool:
