@@ -42,18 +42,21 @@ def brute_maj_at_k(labels, class_correct, k: int) -> Fraction:
 
 
 def brute_maj_at_k_answers(answers, gold, k, equivalent) -> Fraction:
-    """Brute force straight from answer strings: cluster by equivalence to representatives, then vote."""
+    """Brute force straight from answer strings: answers equivalent to gold are one class, wrong answers
+    cluster by equivalence to the first member of a wrong class; then every k-subset votes."""
     reps, labels = [], []
     for a in answers:
         if a is None:
             labels.append(None)
-            continue
-        match = next((i for i, r in enumerate(reps) if equivalent(a, r)), None)
-        if match is None:
-            reps.append(a)
-            match = len(reps) - 1
-        labels.append(match)
-    return brute_maj_at_k(labels, [equivalent(r, gold) for r in reps], k)
+        elif equivalent(a, gold):
+            labels.append("correct")
+        else:
+            match = next((i for i, r in enumerate(reps) if equivalent(a, r)), None)
+            if match is None:
+                reps.append(a)
+                match = len(reps) - 1
+            labels.append(match)
+    return brute_maj_at_k(labels, {"correct": True, **{i: False for i in range(len(reps))}}, k)
 
 
 # ---------------------------------------------------------------- pass@k
@@ -148,22 +151,28 @@ def test_maj_at_k_none_never_wins():
     assert maj_at_k_from_classes([1], [True], 4, 4) == pytest.approx(1.0)
 
 
-def test_maj_at_k_matches_monte_carlo_for_large_n():
-    # n=3000, k=1024: far beyond enumeration. The correct class (1100) loses to a larger one (1200)
-    # except when it out-draws it; the normal approximation of X2 - X1 gives about 0.067.
-    value = maj_at_k_from_classes([1200, 1100, 500, 200], [False, True, False, False], 3000, 1024)
-    assert value == pytest.approx(0.067, abs=0.01)
-    # A moderate case against sampling subsets at random (fixed seed, 3 standard errors).
-    rng = np.random.default_rng(0)
-    labels = np.array([0] * 100 + [1] * 90 + [2] * 40 + [3] * 20 + [-1] * 50)
-    correct = [False, True, False, False]
-    scores = []
-    for _ in range(20000):
-        votes = np.bincount(labels[rng.choice(len(labels), 16, replace=False)] + 1, minlength=5)[1:]
-        tied = np.flatnonzero(votes == votes.max()) if votes.max() > 0 else []
-        scores.append(sum(correct[t] for t in tied) / max(len(tied), 1))
-    estimate, stderr = np.mean(scores), np.std(scores) / np.sqrt(len(scores))
-    assert maj_at_k_from_classes([100, 90, 40, 20], correct, 300, 16) == pytest.approx(estimate, abs=3 * stderr)
+def monte_carlo_maj_at_k(counts, correct, num_samples, k, draws=40_000, seed=0):
+    """maj@k by sampling k-subsets (vote counts drawn from the multivariate hypergeometric law)."""
+    rng = np.random.default_rng(seed)
+    colors = list(counts) + [num_samples - sum(counts)]  # last: samples without an answer
+    votes = rng.multivariate_hypergeometric(colors, k, size=draws)[:, :-1]  # (draws, classes)
+    top = votes.max(axis=1, keepdims=True)
+    tied = (votes == top) & (top > 0)
+    scores = (tied * np.array(correct)).sum(axis=1) / np.maximum(tied.sum(axis=1), 1)
+    return scores.mean(), scores.std() / np.sqrt(draws)
+
+
+@pytest.mark.parametrize(
+    "counts,correct,n,k",
+    [([1200, 1100, 500, 200], [False, True, False, False], 3000, 256),  # n in the thousands
+     ([100, 90, 40, 20], [False, True, False, False], 300, 16),
+     ([5, 5, 5, 5, 4, 4], [False, False, True, False, False, False], 40, 6)],  # many ties
+)
+def test_maj_at_k_matches_monte_carlo_beyond_enumeration(counts, correct, n, k):
+    exact = maj_at_k_from_classes(counts, correct, n, k)
+    estimate, stderr = monte_carlo_maj_at_k(counts, correct, n, k)
+    assert 0.0 <= exact <= 1.0
+    assert exact == pytest.approx(estimate, abs=4 * stderr + 1e-9)
 
 
 def test_maj_at_k_rejects_k_above_n():
@@ -209,7 +218,40 @@ def test_all_unanswered_scores_zero(is_equivalent):
     assert maj_at_k([None, None, None], "4", 2, is_equivalent) == 0.0
 
 
-def test_grouping_compares_each_distinct_answer_once_per_class():
+def test_correct_answers_form_one_class_even_where_the_grader_is_asymmetric(is_equivalent):
+    # The grader refuses an unevaluated expression for a numeric gold ("2 + 3" is not 5), but math-verify
+    # accepts 5 against the reference "2 + 3". Voting must not let the wrong "2 + 3" absorb the right "5"s.
+    assert not is_equivalent("2 + 3", "5") and is_equivalent("5", "2 + 3")
+    answers = ["2 + 3", "5", "5", "4"]
+    classes = group_answers(answers, "5", is_equivalent)
+    assert classes.labels == (0, 1, 1, 2) and classes.correct == (False, True, False)
+    assert maj_at_k(answers, "5", 1, is_equivalent) == pytest.approx(pass_at_k(4, 2, 1))
+    assert maj_at_k(answers, "5", 4, is_equivalent) == 1.0
+
+
+def test_recorded_verdicts_can_stand_in_for_the_gold_answer():
+    equal = str.__eq__
+    answers = ["a", "b", "a", None]
+    by_gold = group_answers(answers, "a", equal)
+    by_flags = group_answers(answers, None, equal, correct=[True, False, True, False])
+    assert by_gold == by_flags
+    with pytest.raises(ValueError, match="marked correct but has no answer"):
+        group_answers(answers, None, equal, correct=[True, False, True, True])
+
+
+@settings(max_examples=40, deadline=None)
+@given(answers=st.lists(st.one_of(st.none(), st.sampled_from(["1", "2", "3", "4"])), min_size=1, max_size=10))
+def test_maj_at_1_equals_pass_at_1(answers):
+    # With a coarse equivalence (same parity) the correct class still holds exactly the correct samples.
+    parity = lambda a, b: int(a) % 2 == int(b) % 2  # noqa: E731
+    c = sum(a is not None and parity(a, "1") for a in answers)
+    assert maj_at_k(answers, "1", 1, parity) == pytest.approx(pass_at_k(len(answers), c, 1))
+    for k in range(1, len(answers) + 1):
+        exact = brute_maj_at_k_answers(answers, "1", k, parity)
+        assert maj_at_k(answers, "1", k, parity) == pytest.approx(float(exact), abs=1e-12)
+
+
+def test_grouping_compares_each_distinct_answer_with_gold_once_and_wrong_answers_pairwise():
     calls = []
 
     def equivalent(a, b):
@@ -217,5 +259,5 @@ def test_grouping_compares_each_distinct_answer_once_per_class():
         return a == b
 
     group_answers(["1", "2", "1", "2", "3"] * 10, "1", equivalent)
-    # distinct answers 1,2,3: 0 + 1 + 2 comparisons to representatives, then 3 against the gold answer.
-    assert len(calls) == 3 + 3
+    # distinct answers 1, 2, 3: three gold comparisons; wrong answers 2, 3: one comparison between them.
+    assert sorted(calls) == [("1", "1"), ("2", "1"), ("3", "1"), ("3", "2")]
