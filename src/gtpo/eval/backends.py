@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,6 +116,7 @@ def choose_backend(name: str, model: str) -> str:
     if name == "auto":
         from gtpo.models import resolve_model
 
+        model = os.fspath(model)
         if vllm_available() and resolve_model(model).gguf_file is None:
             return "vllm"
         return "transformers"
@@ -125,6 +127,7 @@ def choose_backend(name: str, model: str) -> str:
 
 def make_backend(model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0) -> Backend:
     """Load ``model`` (hub id, directory, LoRA adapter directory, "tiny", "smollm2") into a backend."""
+    model = os.fspath(model)
     name = choose_backend(backend, model)
     logger.info("evaluation backend: %s", name)
     return BACKENDS[name](model, dtype, seed)
@@ -144,6 +147,7 @@ class TransformersBackend:
 
         from gtpo.models import load_model_and_tokenizer
 
+        model = os.fspath(model)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None and self.device.type == "cuda":
             dtype = "bfloat16"
@@ -219,6 +223,7 @@ class VLLMBackend:
 
         from gtpo.models import resolve_model
 
+        model = os.fspath(model)
         source = resolve_model(model)
         if source.gguf_file is not None:
             raise ValueError(f"backend 'vllm' does not load the offline GGUF model {model!r}; "

