@@ -254,14 +254,18 @@ def test_vectorized_spans_equal_reference_loop_on_thousands_of_seeded_groups(gro
     assert_matches_reference(ids, mask, adv, group_size)
 
 
-def test_chunked_span_computation_equals_unchunked(monkeypatch):
+@pytest.mark.parametrize("pairwise_max_group", [0, 64])  # sorting for every G / pairs for every G
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 30])  # one position or column per chunk / one chunk
+def test_both_detection_methods_and_any_chunking_give_the_same_spans(monkeypatch, pairwise_max_group, chunk_bytes):
     import gtpo.core as core
 
-    ids, mask, adv = random_batch(random.Random(0), 40, 6, max_len=25, vocab=2)
-    expected = conflict_spans(ids, mask, adv, 6)
-    monkeypatch.setattr(core, "_SPAN_CHUNK_KEYS", 7)  # one column (group, position) per chunk
-    got = conflict_spans(ids, mask, adv, 6)
-    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    for group_size, seed in ((3, 0), (6, 1), (40, 2)):
+        ids, mask, adv = random_batch(random.Random(seed), 240 // group_size, group_size, max_len=25, vocab=2)
+        expected = reference_spans(ids.tolist(), mask.tolist(), adv.tolist(), group_size)
+        monkeypatch.setattr(core, "_PAIRWISE_MAX_GROUP", pairwise_max_group)
+        monkeypatch.setattr(core, "_SPAN_CHUNK_BYTES", {"cpu": chunk_bytes})
+        fw, bw = conflict_spans(ids, mask, adv, group_size)
+        assert (fw.tolist(), bw.tolist()) == expected
 
 
 @settings(max_examples=100, deadline=None)
