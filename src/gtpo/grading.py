@@ -326,12 +326,12 @@ def _unsafe_reason(s: str) -> str | None:
             depth -= 1
     if deepest > MAX_NESTING:
         return f"brackets nested deeper than {MAX_NESTING}"
-    if re.search(r"\^\s*\{[^{}]*\^", s) or re.search(r"\^\s*(?:\\?\w+|\{[^{}]*\})\s*\^", s):
+    if re.search(r"\^\s*\{[^{}]*\^", s) or re.search(r"\^\s*(?:\\[a-zA-Z]+|\w|\{[^{}]*\})\s*\^", s):
         return "power tower"
     for m in re.finditer(r"\^\s*\{?\s*[-+]?\s*(\d+)", s):
         if len(m.group(1)) > 5 or int(m.group(1)) > MAX_EXPONENT:
             return f"exponent above {MAX_EXPONENT}"
-    if re.search(r"(?<!\\)!\s*!|[)}\]]\s*!|\d{4,}\s*!", s):
+    if re.search(r"(?<!\\)!\s*!|[)}\]]\s*!|\d{5,}\s*!", s):
         return "factorial chain or factorial of a large number"
     if re.search(r"\\(?:sum|prod|int|iint|iiint|oint|lim|coprod|bigcup|bigcap)(?![a-zA-Z])", s):
         return "sum, product, integral or limit"
