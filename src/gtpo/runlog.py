@@ -1,0 +1,98 @@
+"""The run folder's log: every dict the trainer logs, one JSON line each, in ``RUN_DIR/metrics.jsonl``.
+
+Figures (``gtpo plot``) are drawn from this file, never from live training state, so a run can be
+plotted while it trains, after it crashed, or next to runs made elsewhere.
+
+>>> from gtpo.runlog import MetricsLogger, read_metrics
+>>> trainer.add_callback(MetricsLogger("runs/demo"))  # doctest: +SKIP
+>>> rows = read_metrics("runs/demo")  # doctest: +SKIP
+>>> rows[0]["step"], rows[0]["reward"]  # doctest: +SKIP
+(1, 4.75)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _plain(value):
+    """A JSON-safe number or string: tensors and numpy scalars become floats, NaN/inf become null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return str(value)
+
+
+class MetricsLogger(TrainerCallback):
+    """Append each ``on_log`` dict to ``run_dir/metrics.jsonl`` as ``{"step": ..., "time": ..., **logs}``.
+
+    Only the main process writes. ``step`` is the optimizer step the dict was logged at; ``time`` is
+    seconds since training began (wall clock), which makes step times readable from the log alone.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / METRICS_FILE
+        self._start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start = time.time()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        elapsed = time.time() - self._start if self._start is not None else None
+        row = {"step": state.global_step, "time": elapsed, **{k: _plain(v) for k, v in logs.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of ``run_dir/metrics.jsonl`` (or of that file given directly), in order."""
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: give a run folder written by `gtpo train`")
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number == len(lines):  # a run killed mid-write leaves a partial last line
+                break
+            raise ValueError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+    return rows
+
+
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric, skipping rows that do not carry it (e.g. the final summary)."""
+    steps, values = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            steps.append(row["step"])
+            values.append(float(value))
+    return steps, values
+
+
+def first_last_means(rows: list[dict], key: str, n: int = 10) -> tuple[float, float] | None:
+    """Mean of ``key`` over the first ``n`` and the last ``n`` logged steps; None when it was never logged."""
+    _, values = series(rows, key)
+    if not values:
+        return None
+    head, tail = values[:n], values[-n:]
+    return sum(head) / len(head), sum(tail) / len(tail)
