@@ -1,0 +1,102 @@
+"""Training-curve figures and the metrics log they are drawn from, on synthetic logs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gtpo.plots import PANELS, _panel_keys, moving_average, plot_runs
+from gtpo.runlog import MetricsLogger, first_last_means, read_metrics, series
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(directory, steps: int = 30, gtpo: bool = True) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "metrics.jsonl").open("w") as f:
+        for step in range(1, steps + 1):
+            row = {
+                "step": step,
+                "rewards/format_reward/mean": 10 * (1 - math.exp(-step / 8)),
+                "rewards/accuracy_reward/mean": 6 * (1 - math.exp(-step / 15)),
+                "entropy": 0.9 * math.exp(-step / 20),
+            }
+            row["reward"] = row["rewards/format_reward/mean"] + row["rewards/accuracy_reward/mean"]
+            if gtpo:
+                row.update({"gtpo/mean_entropy": 0.8, "gtpo/conflict_token_frac": 0.3, "gtpo/filtered_frac": 0.1})
+            f.write(json.dumps(row) + "\n")
+        f.write(json.dumps({"step": steps, "train_runtime": 123.0}) + "\n")  # the trainer's closing summary
+
+
+def test_two_runs_give_every_figure_as_png(tmp_path):
+    write_run(tmp_path / "gtpo")
+    write_run(tmp_path / "grpo", gtpo=False)
+    written = plot_runs([tmp_path / "gtpo", tmp_path / "grpo"], tmp_path / "fig", labels=["GTPO", "GRPO"])
+    assert {p.name for p in written} == {"training_curves.png"} | {f"{panel.name}.png" for panel in PANELS}
+    for path in written:
+        assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5000
+
+
+def test_a_metric_no_run_logged_has_no_file_but_the_overview_is_written(tmp_path):
+    write_run(tmp_path / "grpo", gtpo=False)
+    names = {p.name for p in plot_runs([tmp_path / "grpo"], tmp_path / "fig")}
+    assert "conflict.png" not in names and "filtered.png" not in names
+    assert {"training_curves.png", "accuracy.png", "format.png", "entropy.png"} <= names
+
+
+def test_runs_are_compared_on_one_entropy_definition(tmp_path):
+    write_run(tmp_path / "gtpo")
+    write_run(tmp_path / "grpo", gtpo=False)
+    runs = [(name, read_metrics(tmp_path / name)) for name in ("gtpo", "grpo")]
+    entropy = next(p for p in PANELS if p.name == "entropy")
+    assert _panel_keys(entropy, runs) == ["entropy", "entropy"]  # TRL's, which both logged
+    assert _panel_keys(entropy, runs[:1]) == ["gtpo/mean_entropy"]  # GTPO's ⟨H⟩ when alone
+
+
+def test_rewards_are_plotted_as_percent_of_ten():
+    accuracy = next(p for p in PANELS if p.name == "accuracy")
+    assert accuracy.key_for([{"rewards/accuracy_reward/mean": 5.0}]) == "rewards/accuracy_reward/mean"
+    assert accuracy.scale * 5.0 == pytest.approx(50.0)
+
+
+def test_moving_average_is_a_trailing_mean():
+    assert moving_average([1, 2, 3, 4], 2) == [1, 1.5, 2.5, 3.5]
+    assert moving_average([1, 2, 3], 1) == [1, 2, 3]
+
+
+def test_bad_plot_input_is_a_clear_error(tmp_path):
+    write_run(tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        plot_runs([tmp_path / "missing"], tmp_path / "fig")
+    with pytest.raises(ValueError, match="one label per run"):
+        plot_runs([tmp_path / "a"], tmp_path / "fig", labels=["x", "y"])
+
+
+def test_log_keeps_every_dict_and_survives_a_torn_last_line(tmp_path):
+    class State:
+        is_world_process_zero = True
+        global_step = 0
+
+    logger, state = MetricsLogger(tmp_path), State()
+    logger.on_train_begin(None, state, None)
+    for step, reward in ((1, 2.0), (2, float("nan")), (3, 6.0)):
+        state.global_step = step
+        logger.on_log(None, state, None, logs={"reward": reward, "note": "x"})
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "rew')  # killed mid-write
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[1]["reward"] is None  # NaN stored as null
+    assert series(rows, "reward") == ([1, 3], [2.0, 6.0])
+    assert first_last_means(rows, "reward", n=1) == (2.0, 6.0)
+    assert first_last_means(rows, "missing") is None
+
+
+def test_only_the_main_process_writes(tmp_path):
+    class State:
+        is_world_process_zero = False
+        global_step = 1
+
+    MetricsLogger(tmp_path).on_log(None, State(), None, logs={"reward": 1.0})
+    assert not (tmp_path / "metrics.jsonl").exists()
