@@ -136,6 +136,17 @@ def test_loss_and_gradient_equal_grpo_without_conflicts_and_entropy_terms():
             torch.testing.assert_close(grad, expected_grad * scale)
 
 
+def test_loss_accepts_masks_with_holes_and_averages_over_valid_tokens_only():
+    mask = torch.tensor([[1, 0, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]])  # not right-padded: fine for the loss
+    adv = torch.tensor([1.0, -2.0, 0.5])
+    logps = torch.full((3, 4), math.nan).masked_fill(mask.bool(), -1.0).requires_grad_()  # nan where masked
+    loss, _ = gtpo_loss(logps, mask, adv, **ENTROPY_OFF)
+    torch.testing.assert_close(loss, torch.tensor(-(1.0 + -2.0 + 0.0) / 3))
+    loss.backward()
+    expected = torch.tensor([[-1 / 3 / 3, 0, -1 / 3 / 3, -1 / 3 / 3], [0, 2 / 3, 0, 0], [0, 0, 0, 0]])
+    torch.testing.assert_close(logps.grad, expected)
+
+
 def test_parameter_gradient_is_eq22_computed_token_by_token():
     weight, ids, logps = tiny_policy(seed=3, n=6, t=6, vocab=3)
     lengths = torch.tensor([6, 4, 5, 6, 3, 6])
@@ -494,7 +505,8 @@ S = torch.zeros(2, 3, dtype=torch.bool)
         (dict(advantages=torch.tensor([1.0, math.inf])), "advantages must be finite"),
         (dict(advantages=torch.ones(3)), "advantages has 3 entries"),
         (dict(completion_mask=torch.ones(2, 4)), "completion_mask has shape"),
-        (dict(completion_mask=torch.tensor([[0, 1, 1], [1, 1, 1]])), "right-padded"),
+        (dict(completion_mask=torch.tensor([[0, 1, 2], [1, 1, 1]])), "only 0/1"),
+        (dict(token_entropy=torch.zeros(2, 3), entropy_filter="auto", initial_entropy=math.nan), "finite entropy"),
         (dict(forward_span=S), "pass both forward_span and backward_span"),
         (dict(forward_span=S, backward_span=S[:, :2]), "backward_span must have the shape"),
         (dict(forward_span=S.float(), backward_span=S.float()), "must be bool"),
@@ -503,6 +515,7 @@ S = torch.zeros(2, 3, dtype=torch.bool)
         (dict(gamma=math.nan), "gamma must be a finite number"),
         (dict(positive_weight=-2.0), "positive_weight must be finite and >= 0"),
         (dict(token_entropy=torch.zeros(2, 3), entropy_filter="auto", initial_entropy=[0.1, 0.2]), "scalar"),
+        (dict(token_entropy=torch.zeros(2, 3), entropy_filter="auto", initial_entropy=torch.ones(2)), "scalar"),
     ],
 )
 def test_gtpo_loss_rejects_bad_input_with_a_clear_message(kwargs, message):

@@ -45,7 +45,8 @@ LN2 = math.log(2.0)
 _SPAN_CHUNK_BYTES = {"cpu": 1 << 20}
 _SPAN_CHUNK_BYTES_DEFAULT = 1 << 26
 # Up to this group size conflicts are found by comparing all pairs of rows (O(G²) per position, fully
-# vectorized); above it by sorting each position's G keys (O(G log G)). Measured crossover: 32-48.
+# vectorized); above it by sorting each position's G keys (O(G log G)). Measured crossover: between
+# G=32 (pairs 2x faster) and G=64 (sorting up to 1.3x faster), benchmarks/bench_conflict.py.
 _PAIRWISE_MAX_GROUP = 32
 # Work bound for `token_entropy`: logits (float32) processed per chunk, about 256 MiB per temporary.
 _ENTROPY_CHUNK_ELEMS = 1 << 26
@@ -428,13 +429,18 @@ def _keep_auto(low: Tensor, advantages: Tensor, initial_entropy) -> Tensor:
             "100 training prompts, averaged). Pass initial_entropy=<float>, or choose entropy_filter="
             "'always' or 'never'."
         )
-    h_ini = torch.as_tensor(initial_entropy, dtype=torch.float32, device=low.device)
-    if h_ini.numel() != 1:
-        raise ValueError(f"initial_entropy must be a scalar, got shape {tuple(h_ini.shape)}")
     # Eq. (6): filter only when the model is a low-entropy one, ⟨H⟩_ini < ln 2 (strictly; at equality
     # the text's "if ⟨H⟩_ini < ln 2 ... we apply" does not apply, so nothing is filtered).
-    filtering = h_ini.reshape(()) < LN2  # () stays on device
-    return low | ~filtering  # (N,)
+    if isinstance(initial_entropy, Tensor):
+        if initial_entropy.numel() != 1:
+            raise ValueError(f"initial_entropy must be a scalar, got shape {tuple(initial_entropy.shape)}")
+        filtering = initial_entropy.to(low.device).reshape(()) < LN2  # () compared on device, no sync
+        return low | ~filtering  # (N,)
+    if isinstance(initial_entropy, bool) or not isinstance(initial_entropy, (int, float)):
+        raise ValueError(f"initial_entropy must be a scalar number of nats, got {initial_entropy!r}")
+    if not math.isfinite(initial_entropy) or initial_entropy < 0:
+        raise ValueError(f"initial_entropy must be a finite entropy >= 0 (nats), got {initial_entropy!r}")
+    return low if initial_entropy < LN2 else torch.ones_like(low)  # (N,)
 
 
 ENTROPY_FILTERS: dict[str, Callable[[Tensor, Tensor, object], Tensor]] = {
@@ -627,7 +633,7 @@ def gtpo_loss(
 
     Args:
         per_token_logps: (N, T) log π_θ of the sampled tokens (float32 or bfloat16; math in float32).
-        completion_mask: (N, T) bool or 0/1, right-padded.
+        completion_mask: (N, T) bool or 0/1 (the spans assume right padding, the loss does not).
         advantages: (N,) original advantages A_i (e.g. TRL's, or `group_advantages`).
         forward_span, backward_span: (N, T) bool from `conflict_spans`, both or neither.
         old_per_token_logps: (N, T) log π_θ_old when π_old ≠ π (several iterations per batch).
@@ -670,7 +676,8 @@ def gtpo_loss(
         raise ValueError("per_token_logps must be an (N, T) floating tensor")
     shape = tuple(per_token_logps.shape)
     n = shape[0]
-    valid, checks = _check_mask(completion_mask, shape)
+    # Any 0/1 mask works for the loss; right padding only matters where the spans are computed.
+    valid, checks = _check_mask(completion_mask, shape, right_padded=False)
     checks.append(_check_float_vector(advantages, n, "advantages"))
     if (forward_span is None) != (backward_span is None):
         raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
@@ -714,13 +721,15 @@ def gtpo_loss(
         a_used = torch.where(keep, a, 0.0)  # (N,)
 
     # 4. Policy-gradient surrogate (Eq. 7 / PPO clipping as TRL's GRPO).
-    logp = per_token_logps.float()  # (N, T)
+    # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
+    logp = torch.where(valid, per_token_logps.float(), 0.0)  # (N, T)
     a_tok = a_used.unsqueeze(-1)  # (N, 1)
     if old_per_token_logps is None:
         ratio = torch.exp(logp - logp.detach())  # (N, T) value 1, carries the gradient
         surrogate = ratio * a_tok  # (N, T)
     else:
-        ratio = torch.exp(logp - old_per_token_logps.detach().float())  # (N, T)
+        old = torch.where(valid, old_per_token_logps.detach().float(), 0.0)  # (N, T)
+        ratio = torch.exp(logp - old)  # (N, T)
         clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)  # (N, T)
         surrogate = torch.min(ratio * a_tok, clipped * a_tok)  # (N, T)
     token_loss = torch.where(valid, -surrogate * lam, 0.0)  # (N, T)
