@@ -457,3 +457,18 @@ def test_resume_matches_uninterrupted_run_and_keeps_initial_entropy(tmp_path, ti
     assert max_abs_diff(trainable_state(resumed.model), after_full) < 1e-6
     logged = [log["gtpo/initial_entropy"] for log in resumed.state.log_history if "gtpo/initial_entropy" in log]
     assert logged and all(v == pytest.approx(full.initial_entropy) for v in logged)
+
+
+@pytest.mark.parametrize(
+    "name, distributed_type, zero_stage, machines",
+    [("ddp", "MULTI_GPU", None, 1), ("zero2", "DEEPSPEED", 2, 1), ("zero3", "DEEPSPEED", 3, 1),
+     ("fsdp", "FSDP", None, 1), ("multi_node", "DEEPSPEED", 3, 2)],
+)
+def test_shipped_accelerate_configs_parse(name, distributed_type, zero_stage, machines):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(Path(__file__).parents[1] / "configs" / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type.value == distributed_type and config.num_machines == machines
+    assert (config.deepspeed_config or {}).get("zero_stage") == zero_stage
+    if name == "fsdp":
+        assert config.fsdp_config["fsdp_version"] == 2

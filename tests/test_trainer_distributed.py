@@ -1,4 +1,4 @@
-"""Two processes (accelerate, gloo on CPU) see the same conflict spans and λ as one process.
+"""Two processes (accelerate with configs/accelerate/ddp.yaml, gloo on CPU) see the same spans and λ as one.
 
 The worker (tests/scripts/spans_worker.py) runs one GTPO step on fixed completions. With 2 ranks ×
 3 rows × 2 accumulation steps, the 12-row generation batch holds 3 groups of 4 and group 1 (rows 4-7)
@@ -21,6 +21,7 @@ import torch
 from gtpo import core
 
 WORKER = Path(__file__).parent / "scripts" / "spans_worker.py"
+DDP_CONFIG = Path(__file__).parents[1] / "configs" / "accelerate" / "ddp.yaml"
 
 
 def _free_port() -> int:
@@ -56,12 +57,11 @@ def _spans_of(rows: list[dict]) -> list[tuple[list[int], list[int]]]:
 def test_split_across_ranks_equals_single_process(tmp_path, tiny_model_path):
     single_out, double_out = tmp_path / "one", tmp_path / "two"
     single = _run([sys.executable, str(WORKER), str(single_out), "--per-device", "6"], single_out)
-    # `--cpu` would make accelerate run a single process (multi-CPU needs mpirun); the torchrun-based
-    # launcher with use_cpu=True in the config gives two CPU processes on the gloo backend.
+    # The shipped DDP config, on CPU: `--cpu` would make accelerate run one process (multi-CPU needs
+    # mpirun), while the DDP launcher with use_cpu=True in GTPOConfig gives two CPU ranks on gloo.
     double = _run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-         "--main_process_port", str(_free_port()),
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
+         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
          str(WORKER), str(double_out), "--per-device", "3"],
         double_out,
     )
