@@ -67,6 +67,12 @@ MODEL_STYLE_CASES = [
     ("", "5", F, T),
     (r"\boxed{}", "5", F, T),
     ("<reasoning>", "5", F, T),
+    # A sentence against a number: its last number decides (lm-eval's flexible GSM8K extraction).
+    ("Janet makes $18 every day.", "18", T, T),
+    ("The total is 1,200 dollars", "1200", T, T),
+    ("She needs 1/2 cup of flour", "0.5", T, T),
+    ("He has 18 apples and 3 pears", "18", F, T),
+    ("What is 24 - 12", "12", F, F),  # the question copied, with words around it
     # An unevaluated expression is not an answer to a numeric question (the synthetic task's hack).
     ("37 + 12", "49", F, F),
     ("16 - 3 - 4", "9", F, F),

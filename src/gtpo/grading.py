@@ -9,7 +9,8 @@ reported in evaluation can never disagree:
   last ``\\boxed{}``, AIME an integer 0-999).
 - `is_equivalent(prediction, gold)`: plain numbers compared exactly in Python (``1,000`` = ``1000``,
   ``$18`` = ``18``, ``18.00`` = ``18``, ``025`` = ``25``, ``\\frac{1}{2}`` = ``0.5`` = ``1/2``, units and
-  ``\\text{}`` around a number ignored); everything else through math-verify's LaTeX parser and sympy.
+  ``\\text{}`` around a number ignored; a sentence's last number against a numeric gold); everything
+  else through math-verify's LaTeX parser and sympy. The full rule list is in `is_equivalent`.
 
 Safety (model output is untrusted): nothing is ever evaluated as Python code (math-verify's
 `ExprExtractionConfig` calls sympy's `parse_expr`, which runs `eval`, so only its LaTeX parser is used).
@@ -17,7 +18,7 @@ Grading time is bounded in any thread, in three layers:
 1. cheap string checks before any parsing: length, bracket depth, power towers, huge exponents,
    factorial chains, sums/products/integrals/limits (`_unsafe_reason`);
 2. after parsing (lazily, without evaluation), a bound on the number of digits any numeric
-   sub-expression could have (`_too_big`), because big-integer arithmetic runs in C and nothing
+   sub-expression could have (`_digits_bound`), because big-integer arithmetic runs in C and nothing
    can interrupt it;
 3. a per-call deadline (`timeout`, default 2 s) that interrupts the remaining pure-Python sympy work
    (`_call_with_deadline`). It raises in the grading thread itself, so unlike math-verify's
@@ -219,8 +220,9 @@ _FRAC_SHORT = re.compile(r"^([-+]?)\\frac\s*(\d)\s*(\d)$")  # \frac12
 _SLASH = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
 # Mixed numbers, as 14 MATH golds write them: "137 \frac{1}{2}" is 137.5 (latex2sympy reads them so too).
 _MIXED = re.compile(r"^([-+]?)(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$")
-# An unevaluated arithmetic expression ("37 + 12"), as opposed to a number written in LaTeX.
-_ARITHMETIC = re.compile(r"[\d)}]\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*[\d(\\{]")
+# An unevaluated arithmetic expression ("37 + 12"), as opposed to a number written in LaTeX. A slash
+# is not an operator here: "16/2" is a fraction, a number like 8.
+_ARITHMETIC = re.compile(r"[\d)}]\s*(?:[-+*×÷]|\\times|\\cdot|\\div)\s*[\d(\\{]")
 
 
 def _strip_delimiters(s: str) -> str:
@@ -295,6 +297,21 @@ def _as_number(key: str) -> tuple[Fraction, bool] | None:
             return None
         return _to_fraction(m.group(1)) / den_value, "." in s
     return None
+
+
+_WORD = re.compile(r"[a-z]{3,}", re.IGNORECASE)
+# A number inside text: not part of a word ("9x", "x2"), with thousands commas, decimals, or a fraction.
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
+
+
+def _is_sentence(key: str) -> bool:
+    """Plain text with words and no LaTeX or powers: the LaTeX parser would read it as a product."""
+    return "\\" not in key and "^" not in key and any(w.lower() not in _NOT_UNITS for w in _WORD.findall(key))
+
+
+def _last_number(key: str) -> tuple[Fraction, bool] | None:
+    numbers = _NUMBER_IN_TEXT.findall(key)
+    return _as_number(numbers[-1]) if numbers else None
 
 
 def _numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool]) -> bool:
@@ -548,8 +565,10 @@ def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | 
        ``x = 5``, ``18 dollars``, ``5\text{ cm}^2``): exact comparison, or to 6 decimals when one is
        written as a decimal (math-verify's rule, so 0.333333 = 1/3).
     4. A numeric gold never matches an unevaluated arithmetic expression: ``2 + 3`` is not 5, so a
-       policy cannot earn reward by copying "What is 2 + 3?" into its answer.
-    5. Otherwise math-verify (LaTeX parser only) decides, when both pass the safety pre-checks, within
+       policy cannot earn reward by copying "What is 2 + 3?" into its answer (``2 + 3 = 5`` is fine).
+    5. A number against a sentence without LaTeX (``James runs 220 meters.``): the sentence's last
+       number decides, as in lm-eval's flexible GSM8K extraction.
+    6. Otherwise math-verify (LaTeX parser only) decides, when both pass the safety pre-checks, within
        `timeout` seconds (None: no deadline). Pathological input is wrong, never an exception.
 
     Results and parses are cached, so repeated calls (maj@k) are cheap.
@@ -570,8 +589,12 @@ def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | 
         return True
     if pred.number is not None and ref.number is not None:
         return _numbers_equal(pred.number, ref.number)
-    if ref.number is not None and _ARITHMETIC.search(pred.key):
+    if ref.number is not None and _ARITHMETIC.search(pred.key) and "=" not in pred.key:
         return False
+    for number, other in ((ref.number, pred), (pred.number, ref)):
+        if number is not None and other.number is None and _is_sentence(other.key):
+            last = _last_number(other.key)
+            return last is not None and _numbers_equal(number, last)
     if pred.unsafe or ref.unsafe:
         logger.debug("not grading %.80r vs %.80r: %s", prediction, gold, pred.unsafe or ref.unsafe)
         return False
