@@ -2,12 +2,13 @@ r"""Hand-picked grading cases: (prediction, gold, expected, symmetric).
 
 `prediction` is what `extract_answer` returns from a model's answer block; `gold` is a dataset's clean
 gold answer. Sources:
-- `MODEL_STYLE_CASES`: answer spellings that instruct models (Qwen2.5, Llama-3, SmolLM2) write for
-  GSM8K and MATH problems, paired with real gold answers of those datasets (GSM8K test golds such as 18,
-  MATH golds such as "\left( 3, \frac{\pi}{2} \right)", "10,\!080", "\text{(C)}", "137 \frac{1}{2}").
-- `SMOLLM2_CASES`: answers extracted verbatim from SmolLM2-135M-Instruct samples (temperature 1.0,
-  the paper's system prompt plus worked examples) on GSM8K test, MATH-500 and synthetic questions,
-  with the questions' gold answers.
+- `MODEL_STYLE_CASES`: hand-written in the answer spellings instruct models (Qwen2.5, Llama-3) use
+  for GSM8K and MATH, paired with real gold answers of those datasets (GSM8K golds such as 18 and
+  1,200; MATH golds such as "\left( 3, \frac{\pi}{2} \right)", "10,\!080", "\text{(C)}",
+  "137 \frac{1}{2}").
+- `SMOLLM2_CASES`: text copied verbatim from SmolLM2-135M-Instruct samples (temperature 1.0, the
+  paper's system prompt plus one worked example, 96-160 new tokens) on synthetic, MATH-500 and GSM8K
+  test questions.
 
 `symmetric`: the verdict must also hold with prediction and gold swapped (maj@k compares two predictions).
 It is False only where a rule is one-sided on purpose: an unevaluated arithmetic expression never
@@ -166,8 +167,64 @@ MODEL_STYLE_CASES = [
     ("odd", r"\text{even}", F, T),
 ]
 
-# Answers extracted verbatim from SmolLM2-135M-Instruct samples; see the module docstring.
-SMOLLM2_CASES: list[tuple] = []
+# Text verbatim from SmolLM2-135M-Instruct samples (an extracted answer, or the final line it wrote when
+# it never closed an answer block), against the question's gold and, where it states another value,
+# against that value. The 135M model is rarely right, so the "true" half checks that the grader reads
+# the value the text states.
+SMOLLM2_CASES = [
+    # synthetic test questions
+    ("109", "69", F, T),  # What is 41 + 28?
+    ("41 + 28 = 102.", "69", F, T),
+    ("41 + 28 = 102.", "102", T, T),
+    ("41 + 28 = 92.", "69", F, T),
+    ("21 + 28 equals 105.", "69", F, T),
+    ("21 + 28 equals 105.", "105", T, T),
+    ("19 + 14 = 23.", "33", F, T),  # What is 19 + 14?
+    ("19 + 14 = 23.", "23", T, T),
+    ("So, the answer is 21.", "33", F, T),
+    ("So, the answer is 21.", "21", T, T),
+    ("14 + 19 = 22.", "33", F, T),
+    ("7 + 49 = 28.", "56", F, T),  # What is 7 + 49?
+    ("41 + 45 ≡ 6 (mod 29)", "86", F, T),  # What is 41 + 45?
+    ("36", "86", F, T),
+    ("6+29 = 11.", "35", F, T),  # What is 6 + 29?
+    ("Fifty - 45 = 6.", "5", F, T),  # What is 50 - 45?
+    ("Fifty - 45 = 6.", "6", T, T),
+    ("50 - 45 = 2.", "5", F, T),
+    ("5", "5", T, T),
+    ("43 + 24 = 68.", "67", F, T),  # What is 43 + 24?
+    ("43 + 24 = 68.", "68", T, T),
+    ("43 + 24 = 10,", "67", F, T),
+    ("2 + 32 = 2 * 3 + 3 * 3 = 8 + 36 = 42.", "59", F, T),  # What is 27 + 32?
+    ("2 + 32 = 2 * 3 + 3 * 3 = 8 + 36 = 42.", "42", T, T),
+    ("27 + 32 equals 69.", "59", F, T),
+    ("27 + 32 equals 69.", "69", T, T),
+    # MATH-500
+    ("19", ".35625", F, T),
+    ("19", "0.35625", F, T),
+    # GSM8K test
+    ("The answer is 13.", "3", F, T),
+    ("The answer is 13.", "13", T, T),
+    ("#### 2.8\nThe answer is: 2.8", "1248", F, T),
+    ("#### 2.8\nThe answer is: 2.8", "2.8", T, T),
+    ("So John makes $2.80 per week in a month.", "2.8", T, T),
+    ("So John makes $2.80 per week in a month.", "1248", F, T),
+    ("Total age = Nani + his brother + his sister = 23 + 14 +", "30", F, T),
+    ("ears = 22 years + 6 years = 30 years old.", "30", T, T),
+    ("The absolute value of 2 is 2, which simplifies to 2.2, which equals 2.", "30", F, T),
+    ("The absolute value of 2 is 2, which simplifies to 2.2, which equals 2.", "2", T, T),
+    ("The total number of books they read is double of each other's reading: 2 x 2 = 4 books.", "6", F, T),
+    ("The total number of books they read is double of each other's reading: 2 x 2 = 4 books.", "4", T, T),
+    ("Thus, Sean has a total of 3 * 6 + 8 * 2 = 34.", "138", F, T),
+    ("Thus, Sean has a total of 3 * 6 + 8 * 2 = 34.", "34", T, T),
+    ("one-tenth\n<not a 10-addition \n\nx = 20, 9x ≡ 20", "3", F, T),
+    ("2", "3", F, T),
+    ("240", "540", F, T),
+    ("60 + 180 = 220 meters, James runs 220 meters.", "540", F, T),
+    ("60 + 180 = 220 meters, James runs 220 meters.", "220", T, T),
+    ("So James runs 90 / 3 (3 times a week) = 240 total meters.", "540", F, T),
+    ("So James runs 90 / 3 (3 times a week) = 240 total meters.", "240", T, T),
+]
 
 CASES = MODEL_STYLE_CASES + SMOLLM2_CASES
 

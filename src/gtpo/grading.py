@@ -222,6 +222,7 @@ _SLASH = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
 _MIXED = re.compile(r"^([-+]?)(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$")
 # An unevaluated arithmetic expression ("37 + 12"), as opposed to a number written in LaTeX. A slash
 # is not an operator here: "16/2" is a fraction, a number like 8.
+_STATES_RESULT = re.compile(r"=|\bequals?\b", re.IGNORECASE)  # "37 + 12 = 49", "37 + 12 equals 49"
 _ARITHMETIC = re.compile(r"[\d)}]\s*(?:[-+*×÷]|\\times|\\cdot|\\div)\s*[\d(\\{]")
 
 
@@ -565,7 +566,8 @@ def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | 
        ``x = 5``, ``18 dollars``, ``5\text{ cm}^2``): exact comparison, or to 6 decimals when one is
        written as a decimal (math-verify's rule, so 0.333333 = 1/3).
     4. A numeric gold never matches an unevaluated arithmetic expression: ``2 + 3`` is not 5, so a
-       policy cannot earn reward by copying "What is 2 + 3?" into its answer (``2 + 3 = 5`` is fine).
+       policy cannot earn reward by copying "What is 2 + 3?" into its answer (``2 + 3 = 5`` and
+       ``2 + 3 equals 5`` state a result and are fine).
     5. A number against a sentence without LaTeX (``James runs 220 meters.``): the sentence's last
        number decides, as in lm-eval's flexible GSM8K extraction.
     6. Otherwise math-verify (LaTeX parser only) decides, when both pass the safety pre-checks, within
@@ -589,7 +591,7 @@ def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | 
         return True
     if pred.number is not None and ref.number is not None:
         return _numbers_equal(pred.number, ref.number)
-    if ref.number is not None and _ARITHMETIC.search(pred.key) and "=" not in pred.key:
+    if ref.number is not None and _ARITHMETIC.search(pred.key) and not _STATES_RESULT.search(pred.key):
         return False
     for number, other in ((ref.number, pred), (pred.number, ref)):
         if number is not None and other.number is None and _is_sentence(other.key):
