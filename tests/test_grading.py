@@ -315,3 +315,10 @@ def test_repeated_comparisons_hit_the_cache():
         for b in answers:
             is_equivalent(a, b)
     assert (grading._cached_verify.cache_info().misses, grading._parse.cache_info().misses) == misses
+
+
+def test_docstring_examples_hold():
+    import doctest
+
+    result = doctest.testmod(grading)
+    assert result.failed == 0 and result.attempted > 0

@@ -191,3 +191,14 @@ def test_adversarial_completions_get_zero_within_a_second_in_a_worker_process():
         assert rewards.result(timeout=120) == [0.0] * len(_adversarial_completions())
     # Per completion, including pickling megabytes to the worker and back.
     assert (time.perf_counter() - start) / len(_adversarial_completions()) < 1.0
+
+
+def test_docstring_examples_hold():
+    import doctest
+
+    import gtpo.prompts
+    import gtpo.rewards
+
+    for module in (gtpo.rewards, gtpo.prompts):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
