@@ -223,8 +223,12 @@ def one_reward_short(completions, **kwargs):
     return [1.0] * (len(completions) - 1)
 
 
-def nan_on_five(completions, **kwargs):
-    return [float("nan") if "five" in c[0]["content"] else 0.0 for c in completions]
+def nan_on_six(completions, **kwargs):
+    return [float("nan") if "six" in c[0]["content"] else 0.0 for c in completions]
+
+
+async def async_raises_on_seven(completions, **kwargs):
+    return raises_on_seven(completions)
 
 
 def text_reward(completions, **kwargs):
@@ -236,8 +240,10 @@ def text_reward(completions, **kwargs):
     [
         (raises_on_seven, r"reward function 'raises_on_seven' raised ZeroDivisionError: .* on row \d+ .*It is seven"),
         (one_reward_short, r"reward function 'one_reward_short' returned 7 rewards for 8 completions"),
-        (nan_on_five, r"reward function 'nan_on_five' returned nan .* on row \d+ .*answer is five"),
+        (nan_on_six, r"reward function 'nan_on_six' returned nan .* on row \d+ .*answer is six"),
         (text_reward, r"reward function 'text_reward' returned a str \('good'\), not a number on row 0"),
+        (async_raises_on_seven,
+         r"reward function 'async_raises_on_seven' raised ZeroDivisionError: .* on row \d+ .*It is seven"),
     ],
 )
 def test_bad_reward_function_fails_naming_function_and_row(tmp_path, tiny_model_path, reward, pattern):
@@ -303,7 +309,8 @@ def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gt
     reference = {k: grpo_after[k] - before[k] for k in before}
     assert max(v.abs().max().item() for v in reference.values()) > 1e-3  # a real update
     assert max_abs_diff(update, reference) < 1e-5
-    assert gtpo_trainer.state.log_history[0]["loss"] == pytest.approx(grpo_trainer.state.log_history[0]["loss"], abs=1e-6)
+    loss = gtpo_trainer.state.log_history[0]["loss"]
+    assert loss == pytest.approx(grpo_trainer.state.log_history[0]["loss"], abs=1e-6)
     assert (gtpo_trainer.ref_model is None) == (grpo_trainer.ref_model is None)
 
 

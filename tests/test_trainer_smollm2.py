@@ -21,7 +21,8 @@ class LogCollector(TrainerCallback):
 def _trainable(model):
     """transformers de-quantizes GGUF weights to float32 on load but still marks the model as GGUF-quantized,
     and Trainer refuses to train a model so marked; the weights are plain tensors, so drop the marks."""
-    if getattr(model, "hf_quantizer", None) is not None and model.hf_quantizer.quantization_config.quant_method == "gguf":
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and quantizer.quantization_config.quant_method == "gguf":
         model.hf_quantizer = None
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):

@@ -69,12 +69,12 @@ class GTPOTrainer(GRPOTrainer):
     _tag_names = ["trl", "grpo", "gtpo"]
     _name = "GTPO"
     _paper = {
-        "title": "GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy Control",
+        "title": "GTPO: Trajectory-Based Policy Optimization in Large Language Models",
         "id": "2508.03772",
         "citation": textwrap.dedent("""\
             @article{simoni2025gtpo,
-                title        = {{GTPO: Stabilizing Group Relative Policy Optimization via Gradient and Entropy Control}},
-                author       = {Marco Simoni and Aleksandar Fontana and Giulio Rossolini and Andrea Saracino and Paolo Mori},
+                title        = {{GTPO: Trajectory-Based Policy Optimization in Large Language Models}},
+                author       = {Marco Simoni and Aleksandar Fontana and Giulio Rossolini and Andrea Saracino},
                 year         = 2025,
                 eprint       = {arXiv:2508.03772},
             }"""),
@@ -132,6 +132,7 @@ class GTPOTrainer(GRPOTrainer):
         # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
         self.initial_entropy: float | None = args.initial_entropy
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None
+        self._initial_entropy_prompts: int | None = None
 
     # ------------------------------------------------------------------ generation: conflict spans
 
@@ -166,9 +167,13 @@ class GTPOTrainer(GRPOTrainer):
 
     def _measure_initial_entropy(self) -> None:
         n = self.args.initial_entropy_prompts
+        if self.train_dataset is None:
+            raise ValueError("⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
+                             "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'")
         prompts = entropy_init.first_prompts(self.train_dataset, n)
         if len(prompts) < n:
-            logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n)
+            logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d",
+                           len(prompts), n)
         self.initial_entropy = entropy_init.measure_initial_entropy(self, prompts)
         self._initial_entropy_source = "measured"
         self._initial_entropy_prompts = len(prompts)
@@ -183,13 +188,13 @@ class GTPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.gtpo_enabled and self.args.should_save:
-            directory = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"  # where Trainer just saved
             entropy_init.save_state(
-                directory,
+                os.path.join(self._get_output_dir(trial=trial), folder),
                 {
                     "initial_entropy": self.initial_entropy,
                     "initial_entropy_source": self._initial_entropy_source,
-                    "initial_entropy_prompts": getattr(self, "_initial_entropy_prompts", None),
+                    "initial_entropy_prompts": self._initial_entropy_prompts,
                 },
             )
 
@@ -301,7 +306,7 @@ class GTPOTrainer(GRPOTrainer):
 
         keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
         if keys:
-            values = torch.stack([torch.as_tensor(metrics[k], device=device).detach().float().reshape(()) for k in keys])
+            values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
             gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
             for key, value in zip(keys, gathered.nanmean(dim=0).tolist()):
                 self._metrics[mode][key].append(value)
@@ -345,9 +350,6 @@ def _guard_reward_funcs(reward_funcs):
     return guarded[0] if single else guarded
 
 
-_PROBE_SKIP = ("trainer_state", "log_extra", "log_metric")
-
-
 class _CheckedReward:
     """A reward function that reports which function and which row went wrong. Picklable if `func` is."""
 
@@ -364,24 +366,12 @@ class _CheckedReward:
 
     def _locate(self, error, prompts, completions, kwargs):
         """Re-run row by row (with logging hooks muted) to name the first row that raises."""
-        n = len(prompts)
-        quiet = {"log_extra": lambda *a, **k: None, "log_metric": lambda *a, **k: None}
-        for row in range(n):
-            row_kwargs = {
-                key: (value[row : row + 1] if isinstance(value, list) and len(value) == n else value)
-                for key, value in kwargs.items()
-            }
-            row_kwargs.update({k: v for k, v in quiet.items() if k in kwargs})
+        for row, row_kwargs in _rows(prompts, completions, kwargs):
             try:
-                result = self.func(prompts=prompts[row : row + 1], completions=completions[row : row + 1], **row_kwargs)
-                if hasattr(result, "__await__"):
-                    result.close()  # never awaited; only the synchronous path probes rows
+                self.func(**row_kwargs)
             except Exception:
-                return _reward_error(self.__name__, f"raised {type(error).__name__}: {error}", row, prompts, completions)
-        return ValueError(
-            f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on a batch of {n} rows "
-            "(no single row raises on its own)"
-        )
+                return _raised(self.__name__, error, row, prompts, completions)
+        return _raised(self.__name__, error, None, prompts, completions)
 
 
 class _CheckedAsyncReward(_CheckedReward):
@@ -389,11 +379,39 @@ class _CheckedAsyncReward(_CheckedReward):
         try:
             rewards = await self.func(prompts=prompts, completions=completions, **kwargs)
         except Exception as error:
-            raise ValueError(
-                f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on a batch of "
-                f"{len(prompts)} rows; first row: prompt={_preview(prompts[0])}"
-            ) from error
+            for row, row_kwargs in _rows(prompts, completions, kwargs):
+                try:
+                    await self.func(**row_kwargs)
+                except Exception:
+                    raise _raised(self.__name__, error, row, prompts, completions) from error
+            raise _raised(self.__name__, error, None, prompts, completions) from error
         return _check_rewards(self.__name__, rewards, prompts, completions)
+
+
+def _rows(prompts, completions, kwargs):
+    """(row, keyword arguments for that row alone): per-row lists sliced, logging hooks muted."""
+    n = len(prompts)
+    for row in range(n):
+        row_kwargs = {
+            key: (value[row : row + 1] if isinstance(value, list) and len(value) == n else value)
+            for key, value in kwargs.items()
+        }
+        for hook in ("log_extra", "log_metric"):
+            if hook in kwargs:
+                row_kwargs[hook] = _ignore
+        yield row, {"prompts": prompts[row : row + 1], "completions": completions[row : row + 1], **row_kwargs}
+
+
+def _ignore(*args, **kwargs) -> None:
+    return None
+
+
+def _raised(name, error, row, prompts, completions) -> ValueError:
+    what = f"raised {type(error).__name__}: {error}"
+    if row is None:
+        return ValueError(f"reward function {name!r} {what} on a batch of {len(prompts)} rows (no single row raises "
+                          "on its own)")
+    return _reward_error(name, what, row, prompts, completions)
 
 
 def _check_rewards(name, rewards, prompts, completions):
