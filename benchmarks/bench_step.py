@@ -1,0 +1,383 @@
+"""Training-step time and peak memory of GTPOTrainer against TRL's GRPOTrainer, side by side.
+
+    python benchmarks/bench_step.py --model tiny            # CPU, a few minutes
+    python benchmarks/bench_step.py --model smollm2          # CPU, SmolLM2-135M with LoRA (~10 min on 2 cores)
+    python benchmarks/bench_step.py --model qwen1.5b-shape --device cuda   # GPU: Qwen2.5-1.5B shape, G=8, 1024 tokens
+
+Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
+TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model).
+Completions are forced to `max_completion_length` tokens (`min_new_tokens`), so both generate the
+same number of tokens whatever the policy.
+
+- Step time: one child process holds both trainers, each in its own thread running its own
+  `trainer.train()`, and a callback makes them take turns step by step (GTPO, GRPO, GTPO, …), so
+  load on a shared machine hits both alike. A step is TRL's `step_time`: generation, scoring, loss
+  and backward (the optimizer update, the same for both, is left out). R is the median, over the
+  steps after `--warmup` (the first GTPO step also measures ⟨H⟩_ini), of each GTPO step's time
+  divided by that of the GRPO step next to it; the paired run is done twice, GTPO first and GRPO
+  first, because the first of each pair measured a few percent faster on a shared CPU.
+- Peak memory: one fresh child process per algorithm running the same steps alone;
+  `torch.cuda.max_memory_allocated` on CUDA, the process's peak resident set size on CPU.
+
+The last line printed is
+
+    gtpo/grpo step time ratio R, peak memory ratio M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = ("tiny", "smollm2", "qwen1.5b-shape")
+
+# Per model: prompts per step, G, completion tokens, LoRA rank (None: full fine-tuning).
+SETTINGS = {
+    "tiny": dict(prompts=2, generations=8, completion=64, lora=None),
+    "smollm2": dict(prompts=1, generations=4, completion=64, lora=16),
+    "qwen1.5b-shape": dict(prompts=1, generations=8, completion=1024, lora=None),
+}
+
+# Qwen2.5-1.5B's architecture (config.json of Qwen/Qwen2.5-1.5B-Instruct), random weights.
+QWEN_15B_SHAPE = dict(
+    vocab_size=151936,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=MODELS, default="tiny")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--steps", type=int, default=10, help="measured steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="steps per run not measured")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--completion-length", type=int, default=None, help="override completion tokens")
+    parser.add_argument("--generations", type=int, default=None, help="override G")
+    parser.add_argument("--child", choices=("gtpo", "grpo", "paired"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--first", choices=("gtpo", "grpo"), default="gtpo", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------- child
+
+
+def _build_model(name: str, device: str):
+    import torch
+
+    from gtpo.models import load_model, load_tokenizer, tiny_model_dir
+
+    if name == "tiny":
+        return str(tiny_model_dir()), load_tokenizer("tiny")
+    if name == "smollm2":
+        model = load_model("smollm2")
+        # transformers de-quantizes GGUF to float32 but keeps the "GGUF-quantized" marks, which make
+        # Trainer refuse to train; the weights are ordinary tensors.
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer = None
+            model.is_quantized = False
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+        return model, load_tokenizer("smollm2")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = load_tokenizer("tiny")  # ids < 512 are valid in the 151,936-token vocabulary
+    config = Qwen2Config(
+        **QWEN_15B_SHAPE,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(dtype)
+    return model, tokenizer
+
+
+def _dataset(n: int):
+    from datasets import Dataset
+
+    from gtpo.prompts import SYSTEM_PROMPT
+
+    prompts = [
+        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"What is {i} + {2 * i}?"}]
+        for i in range(n)
+    ]
+    return Dataset.from_dict({"prompt": prompts, "answer": [str(3 * i) for i in range(n)]})
+
+
+def _settings(options) -> dict:
+    settings = dict(SETTINGS[options.model])
+    if options.completion_length:
+        settings["completion"] = options.completion_length
+    if options.generations:
+        settings["generations"] = options.generations
+    return settings
+
+
+def spread_reward(completions, **kwargs):
+    """Benchmark-only reward with spread (text length mod 4), so that advantages are non-zero and GTPO's
+    spans and weights do real work even when the paper's rewards are 0 for every completion."""
+    return [float(len(c[0]["content"] if isinstance(c, list) else c) % 4) for c in completions]
+
+
+def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
+    from gtpo import GTPOConfig, GTPOTrainer
+    from gtpo.rewards import get_reward_funcs
+    from trl import GRPOConfig, GRPOTrainer
+
+    settings = _settings(options)
+    group, prompts, length = settings["generations"], settings["prompts"], settings["completion"]
+    steps = options.warmup + options.steps
+    common = dict(
+        output_dir=tempfile.mkdtemp(prefix=f"bench-step-{algorithm}-"),
+        per_device_train_batch_size=prompts * group,
+        num_generations=group,
+        max_completion_length=length,
+        generation_kwargs={"min_new_tokens": length},  # same token count for both algorithms
+        max_steps=steps,
+        learning_rate=1e-5,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        disable_tqdm=True,
+        use_cpu=options.device == "cpu",
+        bf16=options.device == "cuda",
+    )
+    peft_config = None
+    if settings["lora"]:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=settings["lora"],
+            lora_alpha=2 * settings["lora"],
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            task_type="CAUSAL_LM",
+        )
+    if algorithm == "gtpo":
+        args, trainer_cls = GTPOConfig(**common, initial_entropy_prompts=prompts * 4), GTPOTrainer
+    else:
+        args, trainer_cls = GRPOConfig(**common, loss_type="grpo", beta=0.0), GRPOTrainer
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[*get_reward_funcs(("format", "accuracy")), spread_reward],
+        args=args,
+        train_dataset=_dataset(max(64, prompts * steps)),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
+    assert trainer.ref_model is None
+    return trainer
+
+
+def _step_times(trainer, warmup: int) -> list[float]:
+    return [log["step_time"] for log in trainer.state.log_history if "step_time" in log][warmup:]
+
+
+def _timed_core(device: str) -> dict:
+    """Accumulate the time spent in GTPO's own work (spans over the gathered batch, core's loss)."""
+    import torch
+
+    from gtpo import core
+
+    spent = {"spans": 0.0, "loss": 0.0}
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            spent[key] += time.perf_counter() - start
+            return result
+
+        return wrapper
+
+    core.conflict_spans = timed(core.conflict_spans, "spans")
+    core.gtpo_loss = timed(core.gtpo_loss, "loss")
+    return spent
+
+
+def run_single(options) -> dict:
+    """One algorithm alone in this process: its peak memory (and step times, for information)."""
+    import torch
+    from transformers import TrainerCallback
+
+    class ResetPeak(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if options.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+
+    model, tokenizer = _build_model(options.model, options.device)
+    trainer = _make_trainer(options, options.child, model, tokenizer, [ResetPeak()])
+    trainer.train()
+    if options.device == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(), "cuda max_memory_allocated"
+    else:
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak RSS"
+    return {"step_times": _step_times(trainer, options.warmup), "peak_memory_bytes": peak, "memory_kind": kind}
+
+
+def run_paired(options) -> dict:
+    """Both trainers in this process, taking turns step by step: their step times under the same load."""
+    import copy
+    import threading
+
+    from transformers import TrainerCallback
+
+    turn = {"next": options.first, "done": set()}
+    condition = threading.Condition()
+
+    class TakeTurns(TrainerCallback):
+        """Hand over at the start of the next step, so each trainer's logging after a step runs in its
+        own turn rather than beside the other trainer's timed step."""
+
+        def __init__(self, name, other):
+            self.name, self.other, self.started = name, other, False
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            with condition:
+                if self.started:
+                    turn["next"] = self.other
+                    condition.notify_all()
+                self.started = True
+                condition.wait_for(lambda: turn["next"] == self.name or self.other in turn["done"])
+
+        def on_train_end(self, args, state, control, **kwargs):
+            with condition:
+                turn["done"].add(self.name)
+                turn["next"] = self.other
+                condition.notify_all()
+
+    model, tokenizer = _build_model(options.model, options.device)
+    other_model = model if isinstance(model, str) else copy.deepcopy(model)
+    spent = _timed_core(options.device)
+    trainers = {
+        "gtpo": _make_trainer(options, "gtpo", model, tokenizer, [TakeTurns("gtpo", "grpo")]),
+        "grpo": _make_trainer(options, "grpo", other_model, tokenizer, [TakeTurns("grpo", "gtpo")]),
+    }
+    errors = []
+
+    def train(name):
+        try:
+            trainers[name].train()
+        except BaseException as error:  # surface it in the main thread, and release the other trainer
+            errors.append(error)
+            with condition:
+                turn["done"].add(name)
+                turn["next"] = "grpo" if name == "gtpo" else "gtpo"
+                condition.notify_all()
+
+    threads = [threading.Thread(target=train, args=(name,)) for name in ("gtpo", "grpo")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    steps = options.warmup + options.steps
+    return {
+        "gtpo_step_times": _step_times(trainers["gtpo"], options.warmup),
+        "grpo_step_times": _step_times(trainers["grpo"], options.warmup),
+        "gtpo_spans_ms": 1e3 * spent["spans"] / steps,
+        "gtpo_loss_ms": 1e3 * spent["loss"] / steps,
+    }
+
+
+def run_child(options) -> None:
+    import torch
+
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    result = run_paired(options) if options.child == "paired" else run_single(options)
+    result["threads"] = torch.get_num_threads()
+    Path(options.out).write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------------------------- parent
+
+
+def _child(options, child: str, out: Path, env: dict, first: str = "gtpo") -> dict:
+    command = [sys.executable, __file__, "--child", child, "--out", str(out), "--model", options.model,
+               "--device", options.device, "--steps", str(options.steps), "--warmup", str(options.warmup),
+               "--first", first]
+    for flag, value in (("--threads", options.threads), ("--completion-length", options.completion_length),
+                        ("--generations", options.generations)):
+        if value:
+            command += [flag, str(value)]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
+        raise SystemExit(f"benchmark child {child!r} failed (exit {done.returncode})")
+    result = json.loads(out.read_text())
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def _fmt(times: list[float]) -> str:
+    return "[" + ", ".join(f"{t:.3f}" for t in times) + "]"
+
+
+def main(argv=None) -> None:
+    options = parse_args(argv)
+    if options.child:
+        run_child(options)
+        return
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    settings = _settings(options)
+    print(f"model {options.model} on {options.device}: {settings['prompts']} prompt(s) x G={settings['generations']}, "
+          f"{settings['completion']} completion tokens, "
+          f"{'LoRA r=%d' % settings['lora'] if settings['lora'] else 'full fine-tuning'}, "
+          f"{options.warmup} warm-up + {options.steps} measured steps", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = {}
+        for child in ("gtpo", "grpo"):
+            memory[child] = _child(options, child, Path(tmp) / f"{child}.json", env)
+            print(f"{child} alone: peak memory {memory[child]['peak_memory_bytes'] / 2**20:.1f} MiB "
+                  f"({memory[child]['memory_kind']}), step_time {_fmt(memory[child]['step_times'])} s, "
+                  f"threads {memory[child]['threads']}, wall {memory[child]['wall_s']:.0f} s", flush=True)
+        # Whichever trainer goes first in each pair was measured a few percent faster on a shared CPU:
+        # run both orders and pool the pairs.
+        paired = [_child(options, "paired", Path(tmp) / f"paired-{first}.json", env, first)
+                  for first in ("gtpo", "grpo")]
+    for run, first in zip(paired, ("gtpo", "grpo")):
+        print(f"taking turns, {first} first: gtpo step_time {_fmt(run['gtpo_step_times'])} s", flush=True)
+        print(f"taking turns, {first} first: grpo step_time {_fmt(run['grpo_step_times'])} s", flush=True)
+    times = {a: [t for run in paired for t in run[f"{a}_step_times"]] for a in ("gtpo", "grpo")}
+    median = {a: statistics.median(times[a]) for a in times}
+    spans = statistics.mean(run["gtpo_spans_ms"] for run in paired)
+    loss = statistics.mean(run["gtpo_loss_ms"] for run in paired)
+    print(f"median step time: gtpo {median['gtpo']:.3f} s, grpo {median['grpo']:.3f} s; gtpo's own work per step: "
+          f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms")
+    # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
+    ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"]))
+    ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]
+    print(f"gtpo/grpo step time ratio {ratio_time:.3f}, peak memory ratio {ratio_memory:.3f}")
+
+
+if __name__ == "__main__":
+    main()
