@@ -421,6 +421,53 @@ def test_measuring_initial_entropy_leaves_the_training_samples_unchanged(tmp_pat
     assert rewards == [log["reward"] for log in given.state.log_history if "reward" in log]
 
 
+def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_completions():
+    """Rank r takes prompts r*k .. r*k+k-1 (k = ceil(n / ranks)); indices past n repeat a prompt with weight 0
+    so every rank runs the same collective calls; empty completions have no ⟨H⟩_i and count for nothing."""
+    from types import SimpleNamespace
+
+    lengths = {0: 1, 1: 2, 2: 3, 3: 2, 4: 0}  # prompt 4 samples an empty completion
+
+    def fake_trainer(rank, world, reduced):
+        def tokenize(batch):
+            return [[j + 1] for j in batch], None, {}
+
+        def generate(prompt_ids, images, fields, num_generations):
+            assert num_generations == 1
+            return [[7] * lengths[ids[0] - 1] for ids in prompt_ids], None
+
+        def score(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
+            prompt = input_ids[:, :1].float() - 1  # (B, 1) the prompt index j
+            entropy = (prompt + 0.5).expand(-1, logits_to_keep).clone()  # every token of prompt j: j + 0.5 nats
+            return torch.zeros_like(entropy), entropy, None
+
+        def reduce(tensor, reduction):
+            reduced.append(tensor.tolist())
+            return tensor
+
+        return SimpleNamespace(
+            accelerator=SimpleNamespace(device=torch.device("cpu"), num_processes=world, process_index=rank,
+                                        reduce=reduce),
+            args=SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1,
+                                 gradient_checkpointing_kwargs=None),
+            model=SimpleNamespace(is_gradient_checkpointing=False),
+            _tokenizer=SimpleNamespace(pad_token_id=0),
+            _is_vlm=False,
+            _tokenize_prompts=tokenize,
+            _generate_single_turn=generate,
+            _get_per_token_logps_and_entropies=score,
+        )
+
+    prompts = list(range(5))
+    reduced = []
+    assert entropy_init.measure_initial_entropy(fake_trainer(0, 1, reduced), prompts) == pytest.approx(2.0)
+    assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0]]
+    reduced = []
+    for rank in (0, 1):
+        entropy_init.measure_initial_entropy(fake_trainer(rank, 2, reduced), prompts)
+    assert reduced == [[0.5 + 1.5 + 2.5, 3.0], [3.5, 1.0]]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
+
+
 class StopAt(TrainerCallback):
     def __init__(self, step):
         self.step = step

@@ -66,6 +66,10 @@ def test_split_across_ranks_equals_single_process(tmp_path, tiny_model_path):
         double_out,
     )
     assert json.loads((double_out / "rank1.json").read_text())["world_size"] == 2
+    # ⟨H⟩_ini over 5 prompts spread over 2 ranks (one padding repeat, weight 0) = over 5 prompts in one.
+    measured = [json.loads((out / f"rank{r}.json").read_text())["initial_entropy"]
+                for out, r in ((single_out, 0), (double_out, 0), (double_out, 1))]
+    assert measured[0] == pytest.approx(measured[1], abs=1e-5) and measured[1] == measured[2]
     assert [r["row"] for r in single] == [r["row"] for r in double] == list(range(12))
     assert [r["rank"] for r in double] == [0] * 6 + [1] * 6
     for one, two in zip(single, double):

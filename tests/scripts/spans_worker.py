@@ -10,7 +10,7 @@ or as two (gloo on CPU), with the same global batch split over the ranks:
 
 Each rank writes OUT/rank<r>.json: for every row of its part of the generation batch (before TRL
 shuffles it), the global row index, prompt, completion ids, advantage, forward/backward spans and
-λ (Eq. 5), over valid tokens. Rank 0 writes OUT/params.pt and OUT/params_before.pt, the trainable
+λ (Eq. 5), over valid tokens, and the ⟨H⟩_ini it measured (on 5 prompts). Rank 0 writes OUT/params.pt and OUT/params_before.pt, the trainable
 parameters after and before the step.
 """
 
@@ -85,7 +85,7 @@ def main() -> None:
         max_grad_norm=0.0,
         lr_scheduler_type="constant",
         conflict_combine=options.combine,
-        initial_entropy=1.0,
+        initial_entropy_prompts=5,  # measured over both ranks: 3 + 3 prompts, the 6th a weight-0 repeat
         report_to=[],
         use_cpu=True,
         bf16=False,
@@ -102,6 +102,7 @@ def main() -> None:
     rank = trainer.accelerator.process_index
     (out / f"rank{rank}.json").write_text(json.dumps({
         "world_size": trainer.accelerator.num_processes,
+        "initial_entropy": trainer.initial_entropy,
         "records": trainer.records,
     }))
     if rank == 0:
