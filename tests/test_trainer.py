@@ -156,6 +156,21 @@ def test_every_gtpo_field_is_documented_with_help():
             assert len(f.metadata.get("help", "")) > 40, f.name
 
 
+def test_gtpo_fields_parse_from_the_command_line(tmp_path):
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(GTPOConfig)
+    (args,) = parser.parse_args_into_dataclasses([
+        "--output_dir", str(tmp_path), "--report_to", "none", "--use_cpu", "true",
+        "--conflict_correction", "false", "--entropy_filter", "negative_only", "--initial_entropy", "0.5",
+        "--gtpo_aggregation", "reference", "--conflict_combine", "product",
+    ])
+    assert (args.conflict_correction, args.entropy_filter, args.initial_entropy) == (False, "negative_only", 0.5)
+    assert (args.gtpo_aggregation, args.conflict_combine) == ("reference", "product")
+    with pytest.raises(SystemExit):  # argparse lists the choices
+        parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--entropy_filter", "sometimes"])
+
+
 # ---------------------------------------------------------------------------------------------- pins
 
 
