@@ -100,3 +100,23 @@ def test_only_the_main_process_writes(tmp_path):
 
     MetricsLogger(tmp_path).on_log(None, State(), None, logs={"reward": 1.0})
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_conflict_curve_leaves_out_steps_where_no_completion_had_an_advantage():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gtpo.plots import _draw
+
+    rows = [
+        {"step": 1, "gtpo/conflict_token_frac": 0.4, "frac_reward_zero_std": 0.0},
+        {"step": 2, "gtpo/conflict_token_frac": 0.0, "frac_reward_zero_std": 1.0},  # 0/0 logged as 0
+        {"step": 3, "gtpo/conflict_token_frac": 0.6, "frac_reward_zero_std": 0.0},
+    ]
+    conflict = next(p for p in PANELS if p.name == "conflict")
+    fig, ax = plt.subplots()
+    assert _draw(ax, conflict, [("run", rows)], smooth=1)
+    assert list(ax.lines[0].get_xdata()) == [1, 3]
+    plt.close(fig)

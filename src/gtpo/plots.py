@@ -6,7 +6,9 @@ Each figure is drawn from ``RUN_DIR/metrics.jsonl`` (see :mod:`gtpo.runlog`), on
   maximum, 10 (paper Sec. 6.1: "100% corresponds to a reward of 10");
 - ``reward.png``: the mean total reward (the sum of the reward functions, max 20 with the paper's two);
 - ``entropy.png``: the mean completion entropy ⟨H⟩, with the ln 2 threshold of Eq. (6) marked;
-- ``conflict.png``: the fraction of valid completion tokens inside a conflict span (Sec. 5.1);
+- ``conflict.png``: the fraction of valid completion tokens inside a conflict span (Sec. 5.1), over
+  completions with A ≠ 0; steps where no completion had A ≠ 0 (all rewards of every group equal) are
+  left out, since no conflict is defined there;
 - ``filtered.png``: the fraction of completions removed by the entropy filter δ_i (Eq. 6);
 - ``training_curves.png``: all of the above on one page.
 
@@ -43,6 +45,10 @@ class Panel:
     pattern: str | None = None  # or: the first key matching this regex
     scale: float = 1.0
     hline: tuple[float, str] | None = None
+    from_zero: bool = False  # a fraction or a percentage: the axis starts at 0
+    # Steps where every completion of every group had the same reward have no A ≠ 0 row, so no conflict
+    # is defined there (the logged 0 is 0/0); such steps are left out of the curve rather than drawn as 0.
+    needs_signal: bool = False
 
     def key_for(self, rows: list[dict]) -> str | None:
         present = {k for row in rows for k in row}
@@ -56,9 +62,23 @@ class Panel:
 
 
 PANELS = (
-    Panel("accuracy", "Accuracy reward", "accuracy (%)", pattern=r"rewards/[^/]*accuracy[^/]*/mean", scale=100 / REWARD_MAX),
-    Panel("format", "Format reward", "format (%)", pattern=r"rewards/[^/]*format[^/]*/mean", scale=100 / REWARD_MAX),
-    Panel("reward", "Total reward", "mean total reward", keys=("reward",)),
+    Panel(
+        "accuracy",
+        "Accuracy reward",
+        "accuracy (%)",
+        pattern=r"rewards/[^/]*accuracy[^/]*/mean",
+        scale=100 / REWARD_MAX,
+        from_zero=True,
+    ),
+    Panel(
+        "format",
+        "Format reward",
+        "format (%)",
+        pattern=r"rewards/[^/]*format[^/]*/mean",
+        scale=100 / REWARD_MAX,
+        from_zero=True,
+    ),
+    Panel("reward", "Total reward", "mean total reward", keys=("reward",), from_zero=True),
     Panel(
         "entropy",
         "Mean completion entropy",
@@ -66,9 +86,24 @@ PANELS = (
         keys=("gtpo/mean_entropy", "entropy"),
         hline=(math.log(2), "ln 2"),
     ),
-    Panel("conflict", "Conflict token fraction", "fraction of tokens", keys=("gtpo/conflict_token_frac",)),
-    Panel("filtered", "Filtered completions (δ_i = 0)", "fraction of completions", keys=("gtpo/filtered_frac",)),
+    Panel(
+        "conflict",
+        "Conflict token fraction",
+        "fraction of tokens (rows with A ≠ 0)",
+        keys=("gtpo/conflict_token_frac",),
+        from_zero=True,
+        needs_signal=True,
+    ),
+    Panel(
+        "filtered",
+        "Filtered completions (δ_i = 0)",
+        "fraction of completions",
+        keys=("gtpo/filtered_frac",),
+        from_zero=True,
+    ),
 )
+
+NO_SIGNAL_KEY = "frac_reward_zero_std"  # TRL: share of groups whose rewards all agree
 
 
 # Axis labels that say which definition a curve uses, where a panel can read more than one key.
@@ -158,15 +193,18 @@ def _panel_keys(panel: Panel, runs: list[tuple[str, list[dict]]]) -> list[str | 
 
 def _draw(ax, panel: Panel, runs: list[tuple[str, list[dict]]], smooth: int | None) -> bool:
     """Draw one panel's curves on ``ax``; False when no run has the metric."""
-    drawn = False
+    drawn, top = False, 0.0
     keys = _panel_keys(panel, runs)
     for index, ((label, rows), key) in enumerate(zip(runs, keys)):
         if key is None:
             continue
+        if panel.needs_signal:
+            rows = [row for row in rows if row.get(NO_SIGNAL_KEY) != 1]
         steps, values = series(rows, key)
         if not steps:
             continue
         values = [v * panel.scale for v in values]
+        top = max(top, max(values))
         color = f"C{index}"
         window = smooth or auto_window(len(values))
         if window > 1:
@@ -181,6 +219,9 @@ def _draw(ax, panel: Panel, runs: list[tuple[str, list[dict]]], smooth: int | No
     ax.set_ylabel(panel.ylabel if len(used) != 1 or used[0] not in KEY_LABELS else KEY_LABELS[used[0]])
     ax.grid(True, alpha=0.3)
     if drawn:
+        if panel.from_zero:
+            top = top * 1.05 if top > 0 else 1.0
+            ax.set_ylim(bottom=-0.02 * top, top=top)  # a curve at 0 stays visible above the axis
         if panel.hline:
             value, text = panel.hline
             ax.axhline(value, color="gray", linestyle="--", linewidth=1, label=text)
