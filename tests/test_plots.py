@@ -13,7 +13,7 @@ from gtpo.runlog import MetricsLogger, first_last_means, read_metrics, series
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def write_run(directory, steps: int = 30, gtpo: bool = True) -> None:
+def write_run(directory, steps: int = 30, gtpo: bool = True, kl: bool = False) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "metrics.jsonl").open("w") as f:
         for step in range(1, steps + 1):
@@ -24,6 +24,8 @@ def write_run(directory, steps: int = 30, gtpo: bool = True) -> None:
                 "entropy": 0.9 * math.exp(-step / 20),
             }
             row["reward"] = row["rewards/format_reward/mean"] + row["rewards/accuracy_reward/mean"]
+            if kl:
+                row["kl"] = 1e-3 * step
             if gtpo:
                 row.update({"gtpo/mean_entropy": 0.8, "gtpo/conflict_token_frac": 0.3, "gtpo/filtered_frac": 0.1})
             f.write(json.dumps(row) + "\n")
@@ -32,7 +34,7 @@ def write_run(directory, steps: int = 30, gtpo: bool = True) -> None:
 
 def test_two_runs_give_every_figure_as_png(tmp_path):
     write_run(tmp_path / "gtpo")
-    write_run(tmp_path / "grpo", gtpo=False)
+    write_run(tmp_path / "grpo", gtpo=False, kl=True)
     written = plot_runs([tmp_path / "gtpo", tmp_path / "grpo"], tmp_path / "fig", labels=["GTPO", "GRPO"])
     assert {p.name for p in written} == {"training_curves.png"} | {f"{panel.name}.png" for panel in PANELS}
     for path in written:
@@ -42,7 +44,7 @@ def test_two_runs_give_every_figure_as_png(tmp_path):
 def test_a_metric_no_run_logged_has_no_file_but_the_overview_is_written(tmp_path):
     write_run(tmp_path / "grpo", gtpo=False)
     names = {p.name for p in plot_runs([tmp_path / "grpo"], tmp_path / "fig")}
-    assert "conflict.png" not in names and "filtered.png" not in names
+    assert "conflict.png" not in names and "filtered.png" not in names and "kl.png" not in names
     assert {"training_curves.png", "accuracy.png", "format.png", "entropy.png"} <= names
 
 

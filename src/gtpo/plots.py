@@ -10,6 +10,7 @@ Each figure is drawn from ``RUN_DIR/metrics.jsonl`` (see :mod:`gtpo.runlog`), on
   completions with A ≠ 0; steps where no completion had A ≠ 0 (all rewards of every group equal) are
   left out, since no conflict is defined there;
 - ``filtered.png``: the fraction of completions removed by the entropy filter δ_i (Eq. 6);
+- ``kl.png``: GRPO's KL to its reference model (Figure 1, bottom), when a run logged it (β > 0);
 - ``training_curves.png``: all of the above on one page.
 
 Raw per-step values are drawn faint and a trailing moving average on top, as in the paper's plots.
@@ -101,6 +102,8 @@ PANELS = (
         keys=("gtpo/filtered_frac",),
         from_zero=True,
     ),
+    # Figure 1 (bottom): GRPO's KL to the reference model, logged by TRL only when beta > 0.
+    Panel("kl", "KL divergence (GRPO, β > 0)", "KL to the reference (nats)", keys=("kl",), from_zero=True),
 )
 
 NO_SIGNAL_KEY = "frac_reward_zero_std"  # TRL: share of groups whose rewards all agree
@@ -159,8 +162,13 @@ def plot_runs(
     out_dir.mkdir(parents=True, exist_ok=True)
 
     written = []
-    overview, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
-    for panel, ax in zip(PANELS, axes.flat):
+    # The overview leaves out the KL panel unless some run logged KL (GTPO never does).
+    shown = [p for p in PANELS if p.name != "kl" or any(p.key_for(rows) for _, rows in runs)]
+    columns = 3 if len(shown) <= 6 else 4
+    overview, axes = plt.subplots(2, columns, figsize=(5 * columns, 8), constrained_layout=True, squeeze=False)
+    for ax in axes.flat[len(shown) :]:
+        ax.set_visible(False)
+    for panel, ax in zip(shown, axes.flat):
         if not _draw(ax, panel, runs, smooth):
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
     overview.suptitle("Training curves")
