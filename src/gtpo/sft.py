@@ -16,14 +16,11 @@ The loss covers the completion only (TRL's prompt-completion format). What goes 
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from pathlib import Path
 
 from gtpo.prompts import format_completion
-
-logger = logging.getLogger(__name__)
 
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 _GSM8K_FINAL = re.compile(r"\n?\s*####[^\n]*\s*$")
