@@ -492,7 +492,6 @@ class StopAt(TrainerCallback):
             control.should_training_stop = True
 
 
-@pytest.mark.slow
 def test_resume_matches_uninterrupted_run_and_keeps_initial_entropy(tmp_path, tiny_model_path, monkeypatch):
     measurements = []
     original = entropy_init.measure_initial_entropy
