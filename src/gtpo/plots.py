@@ -184,7 +184,7 @@ def plot_runs(
             fig.savefig(path, dpi=110)
             written.append(path)
         else:
-            logger.info("no run logged %s; %s.png not written", panel.title.lower(), panel.name)
+            logger.debug("no run logged %s; %s.png not written", panel.title.lower(), panel.name)
         plt.close(fig)
     return written
 
