@@ -230,8 +230,8 @@ class GTPOTrainer(GRPOTrainer):
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
         if "tool_mask" in inputs:
-            # Tool output inside a completion leaves holes in the loss mask; core's spans and token means
-            # are defined on contiguous (right-padded) completions.
+            # Tool output inside a completion: where spans should align and whether tool tokens count in
+            # |o_i| is not settled for GTPO, and untested; refuse rather than guess.
             raise ValueError(
                 "completions with tool/environment output (tool_mask) are not supported with algorithm='gtpo'; "
                 "use algorithm='grpo' for tool-calling runs"
@@ -300,9 +300,9 @@ class GTPOTrainer(GRPOTrainer):
         token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
         token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
         totals = self.accelerator.reduce(token_sums.float(), reduction="sum")
-        count = totals[-1].clamp(min=1.0)
-        for i, key in enumerate(("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")):
-            self._metrics[mode][key].append((totals[i] / count).item())
+        names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+        for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist()):
+            self._metrics[mode][key].append(value)
 
         keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
         if keys:
