@@ -87,14 +87,7 @@ def _build_model(name: str, device: str):
     if name == "tiny":
         return str(tiny_model_dir()), load_tokenizer("tiny")
     if name == "smollm2":
-        model = load_model("smollm2")
-        # transformers de-quantizes GGUF to float32 but keeps the "GGUF-quantized" marks, which make
-        # Trainer refuse to train; the weights are ordinary tensors.
-        if getattr(model, "hf_quantizer", None) is not None:
-            model.hf_quantizer = None
-            model.is_quantized = False
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
+        model = load_model("smollm2")  # de-quantized GGUF, trainable (see gtpo.models)
         return model, load_tokenizer("smollm2")
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

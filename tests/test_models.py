@@ -34,3 +34,13 @@ def test_missing_model_path_names_the_valid_choices(bad):
 def test_dtype_by_name(tiny_model_path):
     model, _ = load_model_and_tokenizer(tiny_model_path, dtype="bfloat16")
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_smollm2_loads_as_a_model_trainer_accepts(tmp_path):
+    # transformers de-quantizes the GGUF weights but leaves the model flagged as quantized, and Trainer
+    # refuses to fine-tune a model so flagged; load_model must clear the flag (the weights are dense).
+    from transformers import Trainer, TrainingArguments
+
+    model = load_model_and_tokenizer("smollm2")[0]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))

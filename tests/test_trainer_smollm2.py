@@ -18,18 +18,6 @@ class LogCollector(TrainerCallback):
         self.logs.append(dict(logs or {}))
 
 
-def _trainable(model):
-    """transformers de-quantizes GGUF weights to float32 on load but still marks the model as GGUF-quantized,
-    and Trainer refuses to train a model so marked; the weights are plain tensors, so drop the marks."""
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None and quantizer.quantization_config.quant_method == "gguf":
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-    return model
-
-
 @pytest.fixture
 def one_thread():
     """On a shared 2-core machine two intra-op threads that wait on each other make generation ~20x slower."""
@@ -52,7 +40,7 @@ def test_smollm2_lora_two_steps_with_paper_prompt_and_rewards(tmp_path, one_thre
 
     dataset = load_task("synthetic", "train", num_examples=8)
     assert dataset[0]["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT}
-    model, tokenizer = _trainable(load_model("smollm2")), load_tokenizer("smollm2")
+    model, tokenizer = load_model("smollm2"), load_tokenizer("smollm2")
     args = GTPOConfig(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=4,

@@ -132,7 +132,30 @@ def load_model(name_or_path: str, dtype=None, **kwargs):
         base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
         model = load_model(base, dtype=dtype, **kwargs)
         return PeftModel.from_pretrained(model, source.path).merge_and_unload()
-    return AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype or torch.float32, **source.kwargs(), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype or torch.float32, **source.kwargs(), **kwargs)
+    if source.gguf_file:
+        _drop_dequantized_gguf_flag(model)
+    return model
+
+
+def _drop_dequantized_gguf_flag(model) -> None:
+    """Make a de-quantized GGUF model trainable.
+
+    transformers loads a GGUF file by de-quantizing every weight to an ordinary dense tensor, but keeps
+    the model flagged as GGUF-quantized, and `Trainer` refuses to train a model so flagged. The weights
+    are plain tensors, so the flag is cleared; packed GGUF layers (if transformers ever keeps them) are
+    left alone.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    config = getattr(quantizer, "quantization_config", None)
+    if config is None or str(getattr(config, "quant_method", "")).lower().split(".")[-1] != "gguf":
+        return
+    if any(type(m).__name__.startswith("Gguf") for m in model.modules()):
+        return
+    quantizer.remove_quantization_config(model)
+    for module in model.modules():
+        if getattr(module, "config", None) is not None:
+            module.config._is_quantized = False
 
 
 def load_model_and_tokenizer(name_or_path: str, dtype=None):
