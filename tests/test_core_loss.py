@@ -226,6 +226,35 @@ def test_ppo_clipping_zeroes_the_gradient_exactly_where_the_clipped_term_is_smal
     torch.testing.assert_close(loss.detach(), ((clipped_value * mask).sum(-1) / lengths.squeeze(-1)).mean())
 
 
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_importance_weights_multiply_each_token_loss_after_clipping_as_trl_vllm_correction(per_sequence):
+    # TRL's GRPO loss with vLLM: per_token_loss = −min(rA, clip(r)A) · w, then the same aggregation;
+    # w is a detached (N, T) or (N, 1) correction. GTPO applies it on top of λ.
+    _, mask, adv, fw, bw = conflict_batch(seed=7)
+    g = torch.Generator().manual_seed(1)
+    old = leaf_logps(mask).detach()
+    logps = (old + (torch.rand(old.shape, generator=g) - 0.5) * 0.4).requires_grad_()
+    shape = (mask.shape[0], 1) if per_sequence else mask.shape
+    weights = torch.rand(shape, generator=g) * 2  # includes values near 0 (masked) and above 1
+    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old,
+                        importance_weights=weights, **ENTROPY_OFF)
+    lam = conflict_weights(fw, bw, adv)
+    ratio = torch.exp(logps - old)
+    a = adv.unsqueeze(-1)
+    token = -torch.minimum(ratio * a, ratio.clamp(0.8, 1.2) * a) * lam * weights
+    lengths = mask.sum(-1).clamp(min=1)
+    expected = ((token * mask).sum(-1) / lengths).mean()
+    torch.testing.assert_close(loss, expected)
+    grad, expected_grad = torch.autograd.grad(loss, logps)[0], torch.autograd.grad(expected, logps)[0]
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_importance_weights_of_a_wrong_shape_are_rejected():
+    _, mask, adv, fw, bw = conflict_batch(seed=7)
+    with pytest.raises(ValueError, match="importance_weights must have shape"):
+        gtpo_loss(leaf_logps(mask), mask, adv, importance_weights=torch.ones(3), **ENTROPY_OFF)
+
+
 # --------------------------------------------------------------------------------------------------
 # Entropy: H, ⟨H⟩_i, δ_i, shift
 # --------------------------------------------------------------------------------------------------

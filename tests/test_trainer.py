@@ -112,6 +112,13 @@ def test_config_rejects_bad_values_with_a_clear_message(tmp_path, overrides, mes
         GTPOConfig(**settings(tmp_path, **overrides))
 
 
+def test_config_accepts_vllm_with_trl_importance_sampling_correction(tmp_path):
+    # vLLM's sampling/trainer mismatch correction (TRL's default with use_vllm) is applied by the GTPO
+    # loss (core.gtpo_loss importance_weights), so it need not be switched off.
+    args = GTPOConfig(**settings(tmp_path, use_vllm=True))
+    assert args.use_vllm and args.vllm_importance_sampling_correction
+
+
 def test_grpo_algorithm_keeps_trl_options(tmp_path):
     args = GTPOConfig(**settings(tmp_path, algorithm="grpo", beta=0.04, loss_type="dapo"))
     assert (args.beta, args.loss_type, args.gtpo_enabled) == (0.04, "dapo", False)
@@ -540,3 +547,29 @@ def test_shipped_accelerate_configs_parse(name, distributed_type, zero_stage, ma
     assert (config.deepspeed_config or {}).get("zero_stage") == zero_stage
     if name == "fsdp":
         assert config.fsdp_config["fsdp_version"] == 2
+
+
+def test_vllm_importance_sampling_ratio_reaches_the_gtpo_loss(tmp_path, tiny_model_path, monkeypatch):
+    # With use_vllm, TRL stores the per-token correction π_θold/π_vLLM as "importance_sampling_ratio";
+    # GTPO's loss must receive it (vLLM itself is not installed here, so the ratio is injected).
+    seen = []
+    original_loss = core.gtpo_loss
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("importance_weights"))
+        return original_loss(*args, **kwargs)
+
+    class WithSamplingCorrection(FixedGTPO):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            output["importance_sampling_ratio"] = torch.full(output["completion_mask"].shape, 0.5)
+            return output
+
+    monkeypatch.setattr(core, "gtpo_loss", recording)
+    args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0))
+    trainer = WithSamplingCorrection(
+        model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset()
+    )
+    trainer._vllm_is_correction = True  # what use_vllm=True with TRL's default correction sets
+    trainer.train()
+    assert seen and all(w is not None and bool((w == 0.5).all()) for w in seen)

@@ -239,8 +239,6 @@ class GTPOConfig(GRPOConfig):
             "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
             "delta": (self.delta is not None, "None"),
         }
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            unsupported["vllm_importance_sampling_correction"] = (True, "False")
         for name, (is_set, expected) in unsupported.items():
             if is_set:
                 raise ValueError(

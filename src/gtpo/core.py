@@ -614,6 +614,7 @@ def gtpo_loss(
     aggregation: str = "sequence",
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
+    importance_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with the variants of the authors' code.
 
@@ -644,6 +645,9 @@ def gtpo_loss(
         entropy_term: one of `ENTROPY_TERMS`.
         aggregation: one of `AGGREGATIONS`.
         epsilon_low, epsilon_high: PPO clip range, used only with ``old_per_token_logps``.
+        importance_weights: (N, T) or (N, 1) non-negative weights that multiply each token's loss,
+            detached: TRL's vLLM importance-sampling correction π_θold/π_vLLM (truncated or masked),
+            applied exactly where TRL's GRPO loss applies it, after clipping and λ.
 
     Returns:
         ``(loss, metrics)``: a float32 scalar to minimize, and detached float32 scalars (see
@@ -686,6 +690,11 @@ def gtpo_loss(
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {got}")
+    if importance_weights is not None and (
+        not isinstance(importance_weights, Tensor) or tuple(importance_weights.shape) not in (shape, (n, 1))
+    ):
+        got = tuple(importance_weights.shape) if isinstance(importance_weights, Tensor) else type(importance_weights).__name__
+        raise ValueError(f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got {got}")
     if forward_span is not None and (forward_span.dtype != torch.bool or backward_span.dtype != torch.bool):
         raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
     needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
@@ -732,7 +741,10 @@ def gtpo_loss(
         ratio = torch.exp(logp - old)  # (N, T)
         clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)  # (N, T)
         surrogate = torch.min(ratio * a_tok, clipped * a_tok)  # (N, T)
-    token_loss = torch.where(valid, -surrogate * lam, 0.0)  # (N, T)
+    token_loss = -surrogate * lam  # (N, T)
+    if importance_weights is not None:
+        token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
+    token_loss = torch.where(valid, token_loss, 0.0)  # (N, T)
     n_conflict = in_span.sum(dim=-1)  # (N,)
     loss = aggregate(token_loss, valid, n_conflict)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
