@@ -105,6 +105,7 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(loss_type="dapo"), "gtpo_aggregation"),
         (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
         (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
+        (dict(gtpo_aggregation="reference", entropy_term="differentiable"), "micro-batch size"),
     ],
 )
 def test_config_rejects_bad_values_with_a_clear_message(tmp_path, overrides, message):

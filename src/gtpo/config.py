@@ -231,6 +231,13 @@ class GTPOConfig(GRPOConfig):
                 "GTPO's loss (Eq. 7). Leave loss_type='grpo' and choose the aggregation with gtpo_aggregation "
                 "('sequence' or 'reference'), or set algorithm='grpo' to train with TRL's loss."
             )
+        if self.gtpo_aggregation == "reference" and self.entropy_term == "differentiable" and self.entropy_gamma:
+            raise ValueError(
+                "gtpo_aggregation='reference' with entropy_term='differentiable': the authors' aggregation sums "
+                "completions within each group, and a differentiable mean-entropy term on top of it would be weighted "
+                "by the micro-batch size. Use entropy_term='advantage' (as the authors' code) or "
+                "gtpo_aggregation='sequence'."
+            )
         unsupported = {
             "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
             "top_entropy_quantile": (self.top_entropy_quantile != 1.0, "1.0"),

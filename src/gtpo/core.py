@@ -630,7 +630,8 @@ def gtpo_loss(
        A' = δ·A, and ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i (with gradient, over all N rows,
        not gated by δ, as Eq. 7 is written).
     4. Aggregation ``sequence``: mean over completions of each completion's token mean (Eq. 7);
-       ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1) (Listing 3).
+       ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1) (Listing 3; positions counted as
+       |M^fw ∪ M^bw|, where Listing 2's OR of a still-reversed backward mask counts max(|M^fw|, |M^bw|)).
 
     Args:
         per_token_logps: (N, T) log π_θ of the sampled tokens (float32 or bfloat16; math in float32).

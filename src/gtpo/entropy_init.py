@@ -5,8 +5,9 @@ generation path (transformers or vLLM, same sampling settings as training), scor
 fused forward the loss uses (so ⟨H⟩_ini and the per-completion ⟨H⟩_i are on the same scale, including
 the sampling temperature), and averages ⟨H⟩_i over the N completions. Prompts are spread over ranks;
 each rank runs the same number of batches so that collective generation (vLLM server, ZeRO-3) stays
-in step. The RNG is forked, so measuring leaves the training samples exactly as if ⟨H⟩_ini had been
-given in the config.
+in step. The CPU and CUDA RNGs are forked, so with transformers generation on CPU/CUDA measuring
+leaves the training samples exactly as if ⟨H⟩_ini had been given in the config (not so with a vLLM
+server, which samples in its own process, or other accelerators' RNGs).
 
 The value lives in `gtpo_state.json` in every checkpoint and is read back on resume.
 """

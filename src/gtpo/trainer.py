@@ -9,7 +9,8 @@ transformers or vLLM, rewards and advantages, PEFT, accumulation, DeepSpeed/FSDP
   tensors, which TRL's shuffle/split keeps aligned with the other per-row tensors.
 - `_compute_loss`: the same single forward TRL runs (log-probs and entropies come from its fused LM
   head), then `gtpo.core.gtpo_loss`: λ weights (Eq. 5), the entropy filter δ (Eq. 6), the entropy term
-  (Eq. 7), PPO clipping when the batch is reused (`num_iterations > 1`). No reference model, no KL.
+  (Eq. 7), PPO clipping whenever TRL supplies π_θold (several iterations per batch, off-policy
+  micro-batches, vLLM's sampling correction). No reference model, no KL.
 - `_prepare_inputs`: measures ⟨H⟩_ini once before the first step when `entropy_filter="auto"`
   (see `gtpo.entropy_init`); `_save_checkpoint` / `_load_optimizer_and_scheduler` keep it.
 - Reward functions are wrapped so that one that raises, returns the wrong number of rewards, or NaN
@@ -187,17 +188,19 @@ class GTPOTrainer(GRPOTrainer):
         )
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # Written before Trainer saves, so that the checkpoint it pushes to the hub (push_to_hub) has it too.
         if self.args.gtpo_enabled and self.args.should_save:
-            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"  # where Trainer just saved
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
             entropy_init.save_state(
-                os.path.join(self._get_output_dir(trial=trial), folder),
+                folder,
                 {
                     "initial_entropy": self.initial_entropy,
                     "initial_entropy_source": self._initial_entropy_source,
                     "initial_entropy_prompts": self._initial_entropy_prompts,
                 },
             )
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -206,6 +209,14 @@ class GTPOTrainer(GRPOTrainer):
         state = entropy_init.load_state(checkpoint)
         saved = None if state is None else state.get("initial_entropy")
         if saved is None:
+            if self.args.needs_initial_entropy and self.args.initial_entropy is None:
+                logger.warning(
+                    "%s has no ⟨H⟩_ini (%s): it will be measured again, on the partly trained policy, which can "
+                    "change Eq. 6's filter gate. Pass initial_entropy=<the value logged as gtpo/initial_entropy> "
+                    "to keep the original one.",
+                    checkpoint,
+                    entropy_init.STATE_FILE,
+                )
             return
         if self.args.initial_entropy is None:
             self.initial_entropy = float(saved)
@@ -275,13 +286,14 @@ class GTPOTrainer(GRPOTrainer):
         # whole batch, whatever its split: "sequence" is a mean over the micro-batch (as TRL's "grpo");
         # "reference" is a sum over the micro-batch's completions, turned into a sum within each group
         # averaged over groups (the authors' code trains one group per step, where the two agree).
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        normalizer = accumulation
         if args.gtpo_aggregation == "reference":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             normalizer = normalizer * completion_ids.size(0) / group_size
         loss = loss / normalizer
         if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation  # as TRL: not the group rescale
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
         if self.initial_entropy is not None:
