@@ -285,13 +285,10 @@ def _drop_dequantized_gguf_flag(model) -> None:
 
 
 def load_dataset_for(script_args, seed: int = 0):
-    """The task's rows with the paper's prompt (`gtpo.data.load_task`); run before any model is loaded."""
-    from gtpo.data import TASKS, load_task
+    """The task's rows with the paper's prompt (`gtpo.data.load_task`, which names the valid tasks when
+    the name is wrong); run before any model is loaded."""
+    from gtpo.data import load_task
 
-    if script_args.task not in TASKS:
-        close = difflib.get_close_matches(script_args.task, sorted(TASKS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UsageError(f"unknown task {script_args.task!r}{hint}; valid tasks: {sorted(TASKS)}")
     return load_task(
         script_args.task,
         script_args.split,
