@@ -264,24 +264,8 @@ def load_policy(model_args, script_name: str):
     if dtype == "auto":
         dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
     model = load_model(model_args.model_name_or_path, dtype=dtype, **kwargs)
-    _drop_dequantized_gguf_flag(model)
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     return model, tokenizer
-
-
-def _drop_dequantized_gguf_flag(model) -> None:
-    """A GGUF model that transformers loaded by de-quantizing every weight (its legacy path) is a plain
-    dense model, but stays flagged as GGUF-quantized, which Trainer refuses to train. Clear the flag."""
-    quantizer = getattr(model, "hf_quantizer", None)
-    config = getattr(quantizer, "quantization_config", None)
-    if config is None or str(getattr(config, "quant_method", "")).lower().split(".")[-1] != "gguf":
-        return
-    if any(type(m).__name__.startswith("Gguf") for m in model.modules()):
-        return  # weights really are packed: leave it to transformers
-    quantizer.remove_quantization_config(model)
-    for module in model.modules():
-        if getattr(module, "config", None) is not None:
-            module.config._is_quantized = False
 
 
 def load_dataset_for(script_args, seed: int = 0):
