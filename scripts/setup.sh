@@ -17,8 +17,10 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     if command -v nvidia-smi >/dev/null 2>&1; then
         $PIP install -q "torch==2.13.0"
     else
-        # The CPU build: found in a local wheel directory (pip's find-links) or on PyTorch's CPU index.
-        $PIP install -q "torch==2.13.0+cpu" --extra-index-url "${GTPO_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+        # The CPU build: from a local wheel directory (pip's find-links) if there is one, without asking
+        # any index, else from PyTorch's CPU index.
+        $PIP install -q --no-index "torch==2.13.0+cpu" 2>/dev/null \
+            || $PIP install -q "torch==2.13.0+cpu" --extra-index-url "${GTPO_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
     fi
 fi
 $PIP install -q -e ".[dev]"
