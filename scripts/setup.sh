@@ -19,8 +19,11 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     else
         # The CPU build: from a local wheel directory (pip's find-links) if there is one, without asking
         # any index, else from PyTorch's CPU index.
-        $PIP install -q --no-index "torch==2.13.0+cpu" 2>/dev/null \
-            || $PIP install -q "torch==2.13.0+cpu" --extra-index-url "${GTPO_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+        if $PIP install -q --no-index --no-deps "torch==2.13.0+cpu" 2>/dev/null; then
+            $PIP install -q "torch==2.13.0+cpu"  # its dependencies, from the package index
+        else
+            $PIP install -q "torch==2.13.0+cpu" --extra-index-url "${GTPO_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+        fi
     fi
 fi
 $PIP install -q -e ".[dev]"
