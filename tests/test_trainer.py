@@ -551,8 +551,8 @@ def test_shipped_accelerate_configs_parse(name, distributed_type, zero_stage, ma
 
 
 def test_vllm_importance_sampling_ratio_reaches_the_gtpo_loss(tmp_path, tiny_model_path, monkeypatch):
-    # With use_vllm, TRL stores the per-token correction π_θold/π_vLLM as "importance_sampling_ratio";
-    # GTPO's loss must receive it (vLLM itself is not installed here, so the ratio is injected).
+    # With use_vllm (and TRL's default correction), TRL stores the per-token correction π_θold/π_vLLM as
+    # "importance_sampling_ratio"; GTPO's loss must receive it (vLLM is not installed here: it is injected).
     seen = []
     original_loss = core.gtpo_loss
 
@@ -571,6 +571,5 @@ def test_vllm_importance_sampling_ratio_reaches_the_gtpo_loss(tmp_path, tiny_mod
     trainer = WithSamplingCorrection(
         model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset()
     )
-    trainer._vllm_is_correction = True  # what use_vllm=True with TRL's default correction sets
     trainer.train()
     assert seen and all(w is not None and bool((w == 0.5).all()) for w in seen)

@@ -132,7 +132,6 @@ class GTPOTrainer(GRPOTrainer):
         )
         # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
         self.initial_entropy: float | None = args.initial_entropy
-        self._vllm_is_correction = bool(self.use_vllm and self.vllm_importance_sampling_correction)
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None
         self._initial_entropy_prompts: int | None = None
 
@@ -278,9 +277,10 @@ class GTPOTrainer(GRPOTrainer):
             aggregation=args.gtpo_aggregation,
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
-            # vLLM samples from a slightly different distribution than the trainer: TRL's correction
-            # (on by default with use_vllm) weights each token's loss, as its own GRPO loss does.
-            importance_weights=inputs.get("importance_sampling_ratio") if self._vllm_is_correction else None,
+            # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
+            # only when use_vllm and vllm_importance_sampling_correction (its default) are on, and it weights
+            # each token's loss, as in TRL's own GRPO loss.
+            importance_weights=inputs.get("importance_sampling_ratio"),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
         # whole batch, whatever its split: "sequence" is a mean over the micro-batch (as TRL's "grpo");
