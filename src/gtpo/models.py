@@ -125,11 +125,10 @@ def load_model(name_or_path: str, dtype=None, **kwargs):
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     source = resolve_model(name_or_path)
-    adapter_config = Path(source.path) / "adapter_config.json"
-    if adapter_config.is_file():
+    base = adapter_base_model(source.path)
+    if base is not None:
         from peft import PeftModel
 
-        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
         model = load_model(base, dtype=dtype, **kwargs)
         return PeftModel.from_pretrained(model, source.path).merge_and_unload()
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype or torch.float32, **source.kwargs(), **kwargs)
@@ -163,11 +162,16 @@ def load_model_and_tokenizer(name_or_path: str, dtype=None):
     return load_model(name_or_path, dtype=dtype), load_tokenizer(_tokenizer_source(name_or_path))
 
 
+def adapter_base_model(path: str) -> str | None:
+    """The base model a LoRA adapter directory was trained on, or None if `path` is no adapter dir."""
+    adapter_config = Path(path) / "adapter_config.json"
+    return json.loads(adapter_config.read_text())["base_model_name_or_path"] if adapter_config.is_file() else None
+
+
 def _tokenizer_source(name_or_path: str) -> str:
-    path = Path(name_or_path)
-    adapter_config = path / "adapter_config.json"
-    if adapter_config.is_file() and not any(path.glob("tokenizer*")):
-        return json.loads(adapter_config.read_text())["base_model_name_or_path"]
+    base = adapter_base_model(name_or_path)
+    if base is not None and not any(Path(name_or_path).glob("tokenizer*")):
+        return base
     return name_or_path
 
 

@@ -92,11 +92,6 @@ def vllm_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _adapter_base(path: str) -> str | None:
-    config = Path(path) / "adapter_config.json"
-    return json.loads(config.read_text())["base_model_name_or_path"] if config.is_file() else None
-
-
 # Name registry: `--backend` choices, each a factory (model, dtype, seed) -> Backend.
 def _make_transformers(model: str, dtype: str | None, seed: int) -> Backend:
     return TransformersBackend(model, dtype=dtype)
@@ -154,8 +149,6 @@ class TransformersBackend:
         self.model, self.tokenizer = load_model_and_tokenizer(model, dtype=dtype)
         self.model.to(self.device).eval()
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
@@ -221,7 +214,7 @@ class VLLMBackend:
                              "or use --backend transformers")
         from vllm import LLM
 
-        from gtpo.models import resolve_model
+        from gtpo.models import adapter_base_model, resolve_model
 
         model = os.fspath(model)
         source = resolve_model(model)
@@ -229,7 +222,7 @@ class VLLMBackend:
             raise ValueError(f"backend 'vllm' does not load the offline GGUF model {model!r}; "
                              "use --backend transformers")
         self.lora_request = None
-        base = _adapter_base(source.path)
+        base = adapter_base_model(source.path)
         kwargs = dict(model=base or source.path, seed=seed, dtype=dtype or "auto", **llm_kwargs)
         if base is not None:
             from vllm.lora.request import LoRARequest
