@@ -639,23 +639,77 @@ def group_advantages(rewards: Tensor, group_size: int, *, scale: str = "group") 
     return centered.reshape(-1)  # (N,)
 
 
-def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor) -> Tensor:
+# Aggregations: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> ().
+# Only the normalization differs; λ, δ and the entropy shift are already in token_loss.
+
+
+def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Eq. (7): token mean per completion, then mean over completions (= TRL's loss_type="grpo").
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
     return per_completion.sum() / max(per_completion.shape[0], 1)  # ()
 
 
-def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor) -> Tensor:
+def _aggregate_bnpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "bnpo": token mean over the micro-batch's valid tokens.
+    return token_loss.sum() / valid.sum().clamp(min=1)  # ()
+
+
+def _aggregate_dr_grpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dr_grpo" (Dr. GRPO): a constant normalizer, rows × max_completion_length.
+    return token_loss.sum() / (token_loss.shape[0] * normalizer)  # ()
+
+
+def _aggregate_dapo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dapo": token sum over the valid tokens of the whole global batch per rank (num_items_in_batch
+    # / num_processes), so micro-batches and ranks add up to one token mean over the batch.
+    return token_loss.sum() / normalizer  # ()
+
+
+def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Authors' code (Listing 3): each completion's token mean / max(#conflict positions, 1), summed.
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
     return (per_completion / n_conflict.clamp(min=1)).sum()  # ()
 
 
-AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
     "sequence": _aggregate_sequence,
+    "grpo": _aggregate_sequence,
+    "bnpo": _aggregate_bnpo,
+    "dr_grpo": _aggregate_dr_grpo,
+    "dapo": _aggregate_dapo,
     "reference": _aggregate_reference,
 }
-"""Loss aggregation: ``sequence`` (Eq. 7) or ``reference`` (authors' code)."""
+"""Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
+normalizations, or ``reference`` (authors' code). docs/core.md gives each formula."""
+
+
+def _aggregation_normalizer(aggregation: str, max_completion_length, token_normalizer):
+    """The one extra number an aggregation needs (static checks) and its deferred device check, if any."""
+    if aggregation != "dr_grpo" and max_completion_length is not None:
+        raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
+    if aggregation != "dapo" and token_normalizer is not None:
+        raise ValueError(f"token_normalizer is used only by aggregation='dapo', not {aggregation!r}")
+    if aggregation == "dr_grpo":
+        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1:
+            raise ValueError(
+                "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length=<int >= 1> "
+                f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
+            )
+        return max_completion_length, None
+    if aggregation != "dapo":
+        return None, None
+    hint = ("aggregation='dapo' divides by the valid tokens of the whole global batch per rank: pass "
+            "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)")
+    if isinstance(token_normalizer, Tensor):
+        if token_normalizer.numel() != 1 or token_normalizer.is_complex():
+            raise ValueError(f"{hint}, got a tensor of shape {tuple(token_normalizer.shape)}")
+        value = token_normalizer.detach().reshape(()).float()  # () stays on its device
+        return value, (~(torch.isfinite(value) & (value > 0)), lambda: f"{hint}, got {value.item()!r}")
+    if isinstance(token_normalizer, bool) or not isinstance(token_normalizer, (int, float)) or not (
+        math.isfinite(token_normalizer) and token_normalizer > 0
+    ):
+        raise ValueError(f"{hint}, got {token_normalizer!r}")
+    return float(token_normalizer), None
 
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 """How −γ⟨H⟩_i enters: advantage shift (authors' code), differentiable +γ·mean⟨H⟩ term, or not at all."""
@@ -682,6 +736,8 @@ def gtpo_loss(
     epsilon_high: float = 0.2,
     importance_weights: Tensor | None = None,
     group_size: int = 1,
+    max_completion_length: int | None = None,
+    token_normalizer: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with the variants of the authors' code.
 
@@ -696,9 +752,12 @@ def gtpo_loss(
     3. ``entropy_term="advantage"``: A' = δ·(A − γ⟨H⟩.detach()) (`shift_advantages`); otherwise
        A' = δ·A, and ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i (with gradient, over all N rows,
        not gated by δ, as Eq. 7 is written).
-    4. Aggregation ``sequence``: mean over completions of each completion's token mean (Eq. 7);
-       ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1) (Listing 3; positions counted as
-       |M^fw ∪ M^bw|, where Listing 2's OR of a still-reversed backward mask counts max(|M^fw|, |M^bw|)).
+    4. Aggregation of ℓ (only the normalization differs; TRL 1.16's ``_compute_loss`` formulas):
+       ``sequence`` = ``grpo``: mean over completions of each completion's token mean (Eq. 7);
+       ``bnpo``: Σ ℓ / Σ valid tokens of the micro-batch; ``dr_grpo``: Σ ℓ / (N·max_completion_length);
+       ``dapo``: Σ ℓ / token_normalizer; ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1)
+       (Listing 3; positions counted as |M^fw ∪ M^bw|, where Listing 2's OR of a still-reversed backward
+       mask counts max(|M^fw|, |M^bw|)).
 
     Args:
         per_token_logps: (N, T) log π_θ of the sampled tokens (float32 or bfloat16; math in float32).
@@ -716,6 +775,10 @@ def gtpo_loss(
         importance_weights: (N, T) or (N, 1) non-negative weights that multiply each token's loss,
             detached: TRL's vLLM importance-sampling correction π_θold/π_vLLM (truncated or masked),
             applied exactly where TRL's GRPO loss applies it, after clipping and λ.
+        max_completion_length: ``dr_grpo`` only (required there): the generation length limit.
+        token_normalizer: ``dapo`` only (required there): float or 1-element tensor > 0, the valid tokens
+            of the whole global batch divided by the number of processes (TRL's ``num_items_in_batch /
+            num_processes``); the caller rescales to its accumulation window as TRL does.
         group_size: G when the rows are whole groups, for `advantage_signs` (λ's signs, ``negative_only``,
             the metrics' "A≠0"); the default 1 judges each row alone (|A_i| ≤ 1e-6 is 0), for micro-batches
             that mix groups (TRL shuffles them). Spans from `conflict_spans` already exclude such rows.
@@ -778,6 +841,9 @@ def gtpo_loss(
     _check_group_size(group_size)
     if n % group_size != 0:
         raise ValueError(f"N={n} completions is not a multiple of group_size={group_size}")
+    normalizer, normalizer_check = _aggregation_normalizer(aggregation, max_completion_length, token_normalizer)
+    if normalizer_check is not None:
+        checks.append(normalizer_check)
     _raise_if_any(checks)
 
     a = advantages.float()  # (N,) original A_i: the conflict signs come from here
@@ -821,7 +887,9 @@ def gtpo_loss(
         token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
     token_loss = torch.where(valid, token_loss, 0.0)  # (N, T)
     n_conflict = in_span.sum(dim=-1)  # (N,)
-    loss = aggregate(token_loss, valid, n_conflict)  # ()
+    if isinstance(normalizer, Tensor):
+        normalizer = normalizer.to(token_loss.device)
+    loss = aggregate(token_loss, valid, n_conflict, normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
         loss = loss + gamma * mean_h.sum() / max(n, 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
 
