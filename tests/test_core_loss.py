@@ -464,6 +464,7 @@ def test_metrics_on_a_hand_worked_group():
         "gtpo/filtered_frac": 2 / 4,  # rows 1 and 3 have ⟨H⟩ > ln 2
         "gtpo/mean_entropy": (0.2 + 1.0 + 0.5 + 0.9) / 4,
         "gtpo/mean_lambda": (3 + 1 + 3 + 0 + 1 + 0 + 3 + 2) / 11,
+        "gtpo/sign_flipped_frac": 0.0,  # γ = 0: A' = δ·A never changes a sign
     }
     assert set(m) == set(expected)
     for key, value in expected.items():

@@ -157,3 +157,26 @@ def test_genuinely_small_advantages_keep_their_sign():
 def test_advantage_signs_rejects_bad_input_with_a_clear_message(args, message):
     with pytest.raises(ValueError, match=message):
         advantage_signs(*args)
+
+
+# --------------------------------------------------------------------------------------------------
+# gtpo/sign_flipped_frac
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sign_flipped_frac_counts_kept_positive_rows_the_shift_makes_negative_over_kept_nonzero_rows():
+    # γ = 0.1, δ keeps ⟨H⟩ ≤ 1.5. Row by row, A' = A − 0.1·⟨H⟩:
+    #   0: A=0.05, ⟨H⟩=1.0 → −0.05 flipped      1: A=0.5, ⟨H⟩=1.0 → 0.4
+    #   2: A=−1.0, ⟨H⟩=0.2 → −1.02               3: A=1e-8 (zero up to rounding), ⟨H⟩=0.3: not counted
+    #   4: A=0.04, ⟨H⟩=0.5 → −0.01 flipped      5: A=0.02, ⟨H⟩=3.0 → filtered (δ=0): not counted
+    # Kept rows with A≠0: 0, 1, 2, 4; flipped among them: 0, 4 → 2/4.
+    adv = torch.tensor([0.05, 0.5, -1.0, 1e-8, 0.04, 0.02])
+    h = torch.tensor([1.0, 1.0, 0.2, 0.3, 0.5, 3.0]).unsqueeze(-1).expand(6, 2)
+    mask = torch.ones(6, 2, dtype=torch.bool)
+    common = dict(token_entropy=h, entropy_filter="always", entropy_threshold=1.5, gamma=0.1)
+    _, m = gtpo_loss(torch.zeros(6, 2), mask, adv, **common)
+    assert m["gtpo/sign_flipped_frac"].item() == pytest.approx(2 / 4)
+    # Without the advantage shift nothing flips.
+    for term in ("none", "differentiable"):
+        _, m = gtpo_loss(torch.zeros(6, 2), mask, adv, entropy_term=term, **common)
+        assert m["gtpo/sign_flipped_frac"] == 0

@@ -794,6 +794,9 @@ def gtpo_loss(
         - ``gtpo/filtered_frac``: completions with δ=0 / N.
         - ``gtpo/mean_entropy``: mean ⟨H⟩_i over non-empty completions (only when token_entropy is given).
         - ``gtpo/mean_lambda``: mean λ over valid tokens.
+        - ``gtpo/sign_flipped_frac``: |{i: δ_i=1, A_i>0, A'_i<0}| / |{i: δ_i=1, A_i≠0}|, signs of A by
+          `advantage_signs`: kept completions whose positive advantage the entropy shift A' = A − γ⟨H⟩_i
+          turns negative (λ stays ``positive_weight`` on their spans). 0 unless ``entropy_term="advantage"``.
 
     Raises:
         ValueError: on shapes or dtypes that disagree, non-finite advantages, an unknown mode, or
@@ -893,7 +896,7 @@ def gtpo_loss(
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
         loss = loss + gamma * mean_h.sum() / max(n, 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
 
-    metrics = _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h)
+    metrics = _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h, a_used)
     return loss, metrics
 
 
@@ -902,7 +905,7 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h) -> dict[str, Tensor]:
+def _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h, a_used) -> dict[str, Tensor]:
     active = (signs != 0).unsqueeze(-1)  # (N, 1) rows that take part in conflict detection (advantage_signs)
     negative = (signs < 0).unsqueeze(-1)  # (N, 1)
     n_active = active.sum()  # ()
@@ -913,6 +916,8 @@ def _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h) -> dict[str, Tens
         "gtpo/protected_negative_frac": _ratio(((lam == 0) & valid & negative).sum(), (valid & negative).sum()),
         "gtpo/filtered_frac": (~keep).sum().float() / max(keep.numel(), 1),
         "gtpo/mean_lambda": _ratio(torch.where(valid, lam, 0.0).sum(), valid.sum()),
+        # Kept rows whose positive A the shift A' = A − γ⟨H⟩ turns negative, over kept rows with A≠0.
+        "gtpo/sign_flipped_frac": _ratio((keep & (signs > 0) & (a_used < 0)).sum(), (keep & (signs != 0)).sum()),
     }
     if mean_h is not None:
         nonempty = valid.any(dim=-1)  # (N,)
