@@ -1,6 +1,6 @@
 """What the default γ realization A' = A − γ⟨H⟩_i (⟨H⟩ detached, the authors' code) does, as docs/core.md states:
 it updates a group whose rewards are all equal, and on a confident policy one step raises the entropy
-(paper Sec. 6), where the differentiable +γ⟨H⟩ term lowers it. Gradients checked against hand formulas."""
+(paper Sec. 6.2), where the differentiable +γ⟨H⟩ term lowers it. Gradients checked against hand formulas."""
 
 from __future__ import annotations
 
