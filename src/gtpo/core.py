@@ -191,17 +191,17 @@ def advantage_signs(advantages: Tensor, group_size: int) -> Tensor:
     >>> advantage_signs(torch.tensor([1.5, -1.5, 1e-7, -2e-7]), 4).tolist()
     [1, -1, 0, 0]
     """
-    _check_group_size(group_size)
     check = _check_float_vector(advantages, None, "advantages")
-    if advantages.shape[0] % group_size != 0:
-        raise ValueError(f"N={advantages.shape[0]} advantages is not a multiple of group_size={group_size}")
+    _check_group_size(group_size, advantages.shape[0], "advantages")
     _raise_if_any([check])
     return _signs(advantages, group_size)  # (N,)
 
 
-def _check_group_size(group_size) -> None:
+def _check_group_size(group_size, n: int | None = None, what: str = "rows") -> None:
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size must be a positive int (completions per prompt), got {group_size!r}")
+    if n is not None and n % group_size != 0:
+        raise ValueError(f"N={n} {what} is not a multiple of group_size={group_size}")
 
 
 def _signs(advantages: Tensor, group_size: int) -> Tensor:
@@ -390,9 +390,7 @@ def conflict_weights(
     if forward.shape != backward.shape:
         raise ValueError(f"forward {tuple(forward.shape)} and backward {tuple(backward.shape)} spans differ in shape")
     _check_weight(positive_weight)
-    _check_group_size(group_size)
-    if forward.shape[0] % group_size != 0:
-        raise ValueError(f"N={forward.shape[0]} rows is not a multiple of group_size={group_size}")
+    _check_group_size(group_size, forward.shape[0])
     _raise_if_any([_check_float_vector(advantages, forward.shape[0], "advantages")])
     signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
     return fn(forward, backward, signs, float(positive_weight))  # (N, T)
@@ -550,9 +548,7 @@ def entropy_keep_mask(
     _check_number(threshold, "entropy threshold")
     if not isinstance(mean_entropy, Tensor) or mean_entropy.dim() != 1:
         raise ValueError("mean_entropy must be an (N,) tensor (see mean_completion_entropy())")
-    _check_group_size(group_size)
-    if mean_entropy.shape[0] % group_size != 0:
-        raise ValueError(f"N={mean_entropy.shape[0]} rows is not a multiple of group_size={group_size}")
+    _check_group_size(group_size, mean_entropy.shape[0])
     _raise_if_any([_check_float_vector(advantages, mean_entropy.shape[0], "advantages")])
     return _keep(mean_entropy, _signs(advantages, group_size), fn, threshold, initial_entropy)  # (N,)
 
@@ -841,9 +837,7 @@ def gtpo_loss(
             f"gamma={gamma}: pass token_entropy (see token_entropy()), or switch the entropy parts off with "
             "entropy_filter='never' and gamma=0 (or entropy_term='none')"
         )
-    _check_group_size(group_size)
-    if n % group_size != 0:
-        raise ValueError(f"N={n} completions is not a multiple of group_size={group_size}")
+    _check_group_size(group_size, n, "completions")
     normalizer, normalizer_check = _aggregation_normalizer(aggregation, max_completion_length, token_normalizer)
     if normalizer_check is not None:
         checks.append(normalizer_check)
