@@ -347,7 +347,7 @@ def run_train(argv: list[str]) -> int:
             callbacks=[MetricsLogger(run_dir)],
         )
         start = time.time()
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        runfolder.train(trainer, training_args.resume_from_checkpoint)
         wall = time.time() - start
         final_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
     if training_args.process_index == 0:

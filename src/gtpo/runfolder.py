@@ -306,6 +306,21 @@ def recording_status(run_dir: Path, main_process: bool = True):
         set_status(run_dir, FINISHED)
 
 
+def train(trainer, resume: str | None) -> None:
+    """``trainer.train(resume_from_checkpoint=resume)``; when the checkpoint already reached ``max_steps``
+    (a run killed after its last save), its weights are loaded instead: transformers 5.23 would train one
+    step past ``max_steps`` there."""
+    state = _read_json(Path(resume) / TRAINER_STATE) if resume else None
+    max_steps = trainer.args.max_steps
+    if isinstance(state, dict) and max_steps > 0 and state.get("global_step", 0) >= max_steps:
+        logger.info("%s is at step %s = max_steps: nothing left to train, its weights become the model", resume,
+                    state["global_step"])
+        trainer._load_from_checkpoint(resume)
+        trainer.state.global_step = state["global_step"]
+        return
+    trainer.train(resume_from_checkpoint=resume)
+
+
 def os_error_message(err: OSError) -> str | None:
     """One line for the OSErrors a user can fix (full disk, no permission); None for any other."""
     where = f" writing {err.filename}" if err.filename else ""

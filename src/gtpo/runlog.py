@@ -111,17 +111,23 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         path = path / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: give a run folder written by `gtpo train`")
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); give the metrics.jsonl `gtpo train` wrote") from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as err:
             if number == len(lines):  # a run killed mid-write leaves a partial last line
                 break
             raise ValueError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
+            raise ValueError(f"{path}:{number}: a metrics row must be a JSON object with an integer 'step'")
+        rows.append(row)
     return rows
 
 

@@ -52,7 +52,7 @@ def train_sft(dataset, training_args, model_args) -> dict:
     from trl import SFTTrainer, get_peft_config
 
     from gtpo.cli import load_policy, save_final
-    from gtpo.runfolder import recording_status
+    from gtpo.runfolder import recording_status, train
     from gtpo.runlog import MetricsLogger
 
     run_dir = Path(training_args.output_dir)
@@ -67,7 +67,7 @@ def train_sft(dataset, training_args, model_args) -> dict:
             callbacks=[MetricsLogger(run_dir)],
         )
         start = time.time()
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train(trainer, training_args.resume_from_checkpoint)
         wall = time.time() - start
         model_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
     return {"model_dir": model_dir, "wall": wall}
