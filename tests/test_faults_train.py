@@ -391,3 +391,56 @@ def test_prepare_for_resume_cuts_a_torn_last_line_and_keeps_a_whole_one(tail, ke
     path.write_text(head + tail)
     prepare_for_resume(path, None)
     assert path.read_text() == head + (tail + "\n" if kept else "")
+
+
+def plan(tmp_path, output_dir=None, resume=None, max_steps=-1, overwrite=False):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(output_dir=output_dir, resume_from_checkpoint=resume, max_steps=max_steps)
+    run_dir = runfolder.plan_run(args, overwrite, tmp_path / "default")
+    return run_dir, args
+
+
+def complete_checkpoint(run_dir: Path, step: int) -> Path:
+    path = run_dir / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    runfolder.write_json(path / "trainer_state.json", {"global_step": step})
+    (path / "adapter_model.safetensors").write_bytes(b"w")
+    return path
+
+
+def test_plan_run_resumes_into_the_checkpoints_own_folder(tmp_path):
+    run_dir = finished_run(tmp_path / "run")
+    checkpoint = complete_checkpoint(run_dir, 4)
+    complete_checkpoint(run_dir, 2)
+    incomplete_checkpoint(run_dir, 6)
+    planned, args = plan(tmp_path, resume=str(checkpoint))  # no --output_dir: the checkpoint's folder
+    assert planned == run_dir and (args.output_dir, args.resume_from_checkpoint) == (str(run_dir), str(checkpoint))
+    for word in ("true", "last", "True"):  # the newest complete one; checkpoint-6 is incomplete
+        _, args = plan(tmp_path, output_dir=str(run_dir), resume=word)
+        assert args.resume_from_checkpoint == str(checkpoint)
+    _, args = plan(tmp_path, output_dir=str(tmp_path / "new"), resume="false")
+    assert args.resume_from_checkpoint is None
+    assert plan(tmp_path)[0] == tmp_path / "default"  # no --output_dir: the default folder
+    assert plan(tmp_path, max_steps=-1)[1].max_steps == -1  # -1 keeps TRL's meaning: train num_train_epochs
+
+
+def test_overwrite_removes_only_what_a_run_wrote(tmp_path):
+    run_dir = finished_run(tmp_path / "run")
+    complete_checkpoint(run_dir, 2)
+    (run_dir / "figures").mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    run_dir_planned, _ = plan(tmp_path, output_dir=str(run_dir), overwrite=True)
+    runfolder.start_run(run_dir_planned, {"command": ["gtpo", "train"]}, overwrite=True)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt", "run.json"]
+    assert runfolder.run_status(run_dir) == "running"
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path, tiny_model_path, capsys, monkeypatch):
+    def no_model(model_args, script_name):
+        raise ValueError("the model could not be loaded")
+
+    monkeypatch.setattr(cli, "load_policy", no_model)
+    message = one_line_error(capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")])
+    assert "could not be loaded" in message
+    assert not (tmp_path / "run").exists()
