@@ -11,7 +11,6 @@ Errors in what the user typed (an unknown recipe key, task, reward or model, a b
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as _dt
 import difflib
 import json
@@ -358,35 +357,12 @@ def run_train(argv: list[str]) -> int:
 
 def _open_run_dir(command: str, argv: list[str], recipe: dict, script_args, training_args, model_args) -> None:
     """Create the planned run folder (`_plan_run_dir`) and write ``run.json`` (status running) into it."""
-    from gtpo.runfolder import start_run
+    from gtpo.runfolder import run_record, start_run
 
     if training_args.process_index == 0:
-        record = _run_record(command, argv, recipe, script_args, training_args, model_args)
+        record = run_record(["gtpo", command, *argv], recipe, script_args, training_args, model_args)
         start_run(Path(training_args.output_dir), record, script_args.overwrite_output_dir,
                   training_args.resume_from_checkpoint)
-
-
-def _run_record(command: str, argv: list[str], recipe: dict, *dataclass_args) -> dict:
-    """``run.json``: the command line, the recipe it started from, every resolved argument, and versions."""
-    import torch
-    import transformers
-    import trl
-
-    from gtpo import __version__
-
-    args = {}
-    for obj in dataclass_args:
-        values = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-        args[type(obj).__name__] = values
-    record = {
-        "command": ["gtpo", command, *argv],
-        "recipe": recipe,
-        "args": args,
-        "versions": {"gtpo": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
-                     "torch": torch.__version__, "python": sys.version.split()[0]},
-        "started": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
-    return record
 
 
 def _plot_run(run_dir: Path) -> list[Path]:

@@ -243,6 +243,30 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
     return run_dir
 
 
+def run_record(command: list[str], recipe: dict, *dataclass_args) -> dict:
+    """``run.json``'s content: the command line, the recipe it started from, every resolved argument, versions."""
+    import dataclasses
+    import sys
+
+    import torch
+    import transformers
+    import trl
+
+    from gtpo import __version__
+
+    args = {}
+    for obj in dataclass_args:
+        args[type(obj).__name__] = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    return {
+        "command": command,
+        "recipe": recipe,
+        "args": args,
+        "versions": {"gtpo": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
+                     "torch": torch.__version__, "python": sys.version.split()[0]},
+        "started": _now(),
+    }
+
+
 def start_run(run_dir: Path, record: dict, overwrite: bool = False, resume: str | None = None) -> None:
     """Make the run folder and write its run.json with status ``running``.
 
