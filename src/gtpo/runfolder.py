@@ -341,6 +341,11 @@ def train(trainer, resume: str | None) -> None:
                     state["global_step"])
         trainer._load_from_checkpoint(resume)
         trainer.state.global_step = state["global_step"]
+        metrics = Path(trainer.args.output_dir) / "metrics.jsonl"
+        if trainer.is_world_process_zero() and metrics.is_file():
+            from gtpo.runlog import prepare_for_resume
+
+            prepare_for_resume(metrics, None)  # only cut a torn last line: every step is already logged
         return
     trainer.train(resume_from_checkpoint=resume)
 
