@@ -247,8 +247,9 @@ def check_model_name(model_args, script_name: str) -> None:
         )
     name = model_args.model_name_or_path
     if name not in OFFLINE_MODELS and not Path(resolve_model(name).path).exists() and (why := model_problem(name)):
-        raise UsageError(f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id such "
-                         f"as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of {list(OFFLINE_MODELS)}")
+        raise UsageError(f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id "
+                         f"such as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of "
+                         f"{list(OFFLINE_MODELS)}")
 
 
 def load_policy(model_args, script_name: str):
@@ -537,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         from gtpo.runfolder import os_error_message
 
-        message = _message(err) if isinstance(err, _user_errors()) else isinstance(err, OSError) and os_error_message(err)
+        user = isinstance(err, _user_errors())
+        message = _message(err) if user else isinstance(err, OSError) and os_error_message(err)  # full disk, ...
         if debug or not message:
             raise
         print(f"gtpo: error: {message}", file=sys.stderr)

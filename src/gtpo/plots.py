@@ -160,7 +160,7 @@ def plot_runs(
     runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs)]
     for run_dir, (_, rows) in zip(run_dirs, runs):
         if not rows:
-            raise ValueError(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it after the first step is logged")
+            raise ValueError(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it once a step is logged")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output folder {out_dir} is a file: give a folder for the figures (-o)")

@@ -218,7 +218,8 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
         if checkpoint is None:
             raise ValueError(
                 f"--resume_from_checkpoint {resume}: {run_dir} has no complete checkpoint-N folder to resume "
-                f"(set --save_steps to write some); start fresh with another --output_dir or --overwrite_output_dir true"
+                f"(--save_strategy steps --save_steps N writes them); start fresh with another --output_dir "
+                f"or --overwrite_output_dir true"
             )
         resume = str(checkpoint)
     elif resume is not None:

@@ -114,7 +114,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); give the metrics.jsonl `gtpo train` wrote") from None
+        message = f"{path}: not UTF-8 text (byte {err.start}); give the metrics.jsonl `gtpo train` wrote"
+        raise ValueError(message) from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
