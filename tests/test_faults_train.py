@@ -140,20 +140,58 @@ def adapter(run_dir: Path) -> dict:
     return load_file(run_dir / "model" / "adapter_model.safetensors")
 
 
+def sft_args(model: str, run_dir: Path) -> list[str]:
+    return [
+        "sft", "--model_name_or_path", model, "--task", "synthetic", "--num_examples", "8", "--max_steps", "4",
+        "--per_device_train_batch_size", "2", "--logging_steps", "1", "--use_peft", "true", "--lora_r", "4",
+        "--lora_target_modules", "q_proj", "v_proj", "--report_to", "none", "--save_strategy", "steps",
+        "--save_steps", "2", "--disable_tqdm", "true", "--output_dir", str(run_dir),
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def fault_runs(tmp_path_factory, tiny_model_path) -> dict:
     """The uninterrupted reference run, and for each fault: the killed run, a rerun of the same command
-    (refused), and the resumed run (`--resume_from_checkpoint last`), all into one folder per fault."""
+    (refused), and the resumed run (`--resume_from_checkpoint last`), all into one folder per fault.
+    Also: a run killed twice (the second time while resuming), and `gtpo sft` killed and resumed."""
     root = tmp_path_factory.mktemp("faults")
-    jobs = [("none", train_args(tiny_model_path, root / "reference"))]
+    last = ["--resume_from_checkpoint", "last"]
+    jobs = {"reference": [("none", train_args(tiny_model_path, root / "reference"))]}
     for fault, _ in FAULTS:
         args = train_args(tiny_model_path, root / fault.replace(":", "-"))
-        jobs += [(fault, args), ("none", args), ("none", args + ["--resume_from_checkpoint", "last"])]
-    results = run_jobs(jobs, root)
-    reference = results.pop(0)
-    assert reference[0] == 0, reference[1][-3000:]
-    runs = {fault: results[3 * i : 3 * i + 3] for i, (fault, _) in enumerate(FAULTS)}
+        jobs[fault] = [(fault, args), ("none", args), ("none", args + last)]
+    twice = train_args(tiny_model_path, root / "twice")
+    jobs["twice"] = [("mid-step:5", twice), ("ckpt-weights:6", twice + last), ("none", twice + last)]
+    jobs["sft-reference"] = [("none", sft_args(tiny_model_path, root / "sft-reference"))]
+    sft = sft_args(tiny_model_path, root / "sft")
+    jobs["sft"] = [("mid-step:3", sft), ("none", sft + last)]
+    flat = [job for group in jobs.values() for job in group]
+    results = iter(run_jobs(flat, root))
+    runs = {name: [next(results) for _ in group] for name, group in jobs.items()}
+    for name in ("reference", "sft-reference"):
+        assert runs[name][0][0] == 0, runs[name][0][1][-3000:]
     return {"root": root, "reference": root / "reference", "runs": runs}
+
+
+def assert_equals_the_reference(run_dir: Path, reference: Path, steps: int, keys: tuple[str, ...]) -> None:
+    """metrics.jsonl: steps 1..steps once each, the reference's values, time non-decreasing, one summary;
+    the adapter bit-identical to the reference's."""
+    rows, expected = step_rows(run_dir), step_rows(reference)
+    assert [row["step"] for row in rows] == list(range(1, steps + 1))  # each step exactly once
+    for row, ref in zip(rows, expected):
+        for key in keys:
+            assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (row["step"], key)
+    times = [row["time"] for row in rows]
+    assert times == sorted(times)  # the time column continues from the checkpoint's row
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert sum("train_runtime" in json.loads(line) for line in lines) == 1  # one closing summary
+    got, want = adapter(run_dir), adapter(reference)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name].equal(want[name]), name  # bit-identical, as an uninterrupted run
+
+
+TRAIN_KEYS = ("loss", "reward", "grad_norm", "gtpo/mean_entropy", "completions/mean_length")
 
 
 @pytest.mark.parametrize("fault, resumed_from", FAULTS, ids=[f for f, _ in FAULTS])
@@ -169,20 +207,28 @@ def test_kill_9_then_resume_last_equals_the_uninterrupted_run(fault, resumed_fro
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "finished" and record["resumed"][0]["from"] == str(run_dir / f"checkpoint-{resumed_from}")
 
-    rows, expected = step_rows(run_dir), step_rows(reference)
-    assert [row["step"] for row in rows] == list(range(1, MAX_STEPS + 1))  # each step exactly once
-    for row, ref in zip(rows, expected):
-        for key in ("loss", "reward", "grad_norm", "gtpo/mean_entropy", "completions/mean_length"):
-            assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (row["step"], key)
-    times = [row["time"] for row in rows]
-    assert times == sorted(times)  # the time column continues from the checkpoint's row
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert sum("train_runtime" in json.loads(line) for line in lines) == 1  # one closing summary
+    assert_equals_the_reference(run_dir, reference, MAX_STEPS, TRAIN_KEYS)
 
-    got, want = adapter(run_dir), adapter(reference)
-    assert got.keys() == want.keys()
-    for name in want:
-        assert got[name].equal(want[name]), name  # bit-identical, as an uninterrupted run
+
+def test_a_run_killed_again_while_resuming_still_equals_the_uninterrupted_run(fault_runs):
+    """Killed mid-step 5 (checkpoint-3 kept), resumed, killed again as checkpoint-6 is saved (rows 4-6
+    logged, checkpoint-6 incomplete), resumed again: from checkpoint-3 both times."""
+    run_dir = fault_runs["root"] / "twice"
+    (first, log1), (second, log2), (resumed, log3) = fault_runs["runs"]["twice"]
+    assert (first, second) == (-9, -9), (log1[-2000:], log2[-2000:])
+    assert resumed == 0, log3[-3000:]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert [r["from"] for r in record["resumed"]] == [str(run_dir / "checkpoint-3")] * 2
+    assert_equals_the_reference(run_dir, fault_runs["reference"], MAX_STEPS, TRAIN_KEYS)
+
+
+def test_sft_killed_mid_step_then_resumed_equals_the_uninterrupted_run(fault_runs):
+    run_dir = fault_runs["root"] / "sft"
+    (killed, log1), (resumed, log2) = fault_runs["runs"]["sft"]
+    assert killed == -9, log1[-3000:]
+    assert resumed == 0, log2[-3000:]
+    assert json.loads((run_dir / "run.json").read_text())["resumed"][0]["from"] == str(run_dir / "checkpoint-2")
+    assert_equals_the_reference(run_dir, fault_runs["root"] / "sft-reference", 4, ("loss", "grad_norm"))
 
 
 # ------------------------------------------------------------------------------------------ bad input
