@@ -122,3 +122,27 @@ def test_conflict_curve_leaves_out_steps_where_no_completion_had_an_advantage():
     assert _draw(ax, conflict, [("run", rows)], smooth=1)
     assert list(ax.lines[0].get_xdata()) == [1, 3]
     plt.close(fig)
+
+
+def test_metrics_with_a_utf8_bom_read_like_without(tmp_path):
+    text = '{"step": 1, "reward": 2.0}\n{"step": 2, "reward": 3.0}\n'
+    (tmp_path / "metrics.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert read_metrics(tmp_path) == [{"step": 1, "reward": 2.0}, {"step": 2, "reward": 3.0}]
+
+
+def test_a_resumed_logger_continues_the_time_of_the_checkpoints_row(tmp_path):
+    """Resuming at step 2 (Trainer restored global_step=2 before on_train_begin): step 3's row, torn and
+    logged past the checkpoint, is replaced, and the new rows' time starts from step 2's."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "time": 4.0}\n{"step": 2, "time": 9.0}\n{"step": 3, "time": 1')
+
+    class State:
+        is_world_process_zero = True
+        global_step = 2
+
+    logger, state = MetricsLogger(tmp_path), State()
+    logger.on_train_begin(None, state, None)
+    state.global_step = 3
+    logger.on_log(None, state, None, logs={"reward": 1.0})
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert 9.0 <= rows[2]["time"] < 9.0 + 60  # seconds since the resumed on_train_begin, on top of 9.0

@@ -11,7 +11,6 @@ Errors in what the user typed (an unknown recipe key, task, reward or model, a b
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as _dt
 import difflib
 import json
@@ -91,6 +90,11 @@ class TaskArguments:
     num_examples: int | None = field(
         default=None,
         metadata={"help": "Train on a random subset of this many rows (drawn with data_seed/seed; default: all)."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace the run in --output_dir (its run.json, metrics, checkpoints, model, figures); "
+                  "without it a folder that holds a run is refused (see gtpo.runfolder)."},
     )
 
 
@@ -223,22 +227,29 @@ def default_run_dir(run_name: str | None, recipe_path: str | None) -> Path:
     return Path("runs") / f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}"
 
 
-def _resolve_output_dir(training_args, argv: list[str]) -> Path:
-    if training_args.output_dir in (None, "trainer_output"):  # not given: transformers' default
-        recipe_path = argv[argv.index("--config") + 1] if "--config" in argv else None
-        training_args.output_dir = str(default_run_dir(training_args.run_name, recipe_path))
-    return Path(training_args.output_dir)
+def _plan_run_dir(training_args, script_args, argv: list[str]) -> Path:
+    """The run folder and checkpoint to resume (`gtpo.runfolder.plan_run`); refuses a folder holding a run."""
+    from gtpo.runfolder import plan_run
+
+    recipe_path = argv[argv.index("--config") + 1] if "--config" in argv else None
+    default = default_run_dir(training_args.run_name, recipe_path)
+    return plan_run(training_args, script_args.overwrite_output_dir, default, training_args.process_index == 0)
 
 
 def check_model_name(model_args, script_name: str) -> None:
     """Fail before anything slow when the model is missing (ValueError naming the valid choices)."""
     from gtpo.models import OFFLINE_MODELS, resolve_model
+    from gtpo.runfolder import model_problem
 
     if not model_args.model_name_or_path:
         raise UsageError(
             f"{script_name}: give model_name_or_path: a hub id, a local directory, or one of {list(OFFLINE_MODELS)}"
         )
-    resolve_model(model_args.model_name_or_path)
+    name = model_args.model_name_or_path
+    if name not in OFFLINE_MODELS and not Path(resolve_model(name).path).exists() and (why := model_problem(name)):
+        raise UsageError(f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id "
+                         f"such as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of "
+                         f"{list(OFFLINE_MODELS)}")
 
 
 def load_policy(model_args, script_name: str):
@@ -308,7 +319,7 @@ def save_final(trainer, tokenizer, run_dir: Path, base: str) -> Path:
 def run_train(argv: list[str]) -> int:
     from trl import get_peft_config
 
-    from gtpo import GTPOTrainer
+    from gtpo import GTPOTrainer, runfolder
     from gtpo.rewards import get_reward_funcs
     from gtpo.runlog import MetricsLogger
 
@@ -317,63 +328,42 @@ def run_train(argv: list[str]) -> int:
         argv, defaults=None if "--config" in argv else DEFAULT_TRAIN_RECIPE
     )
     # Everything the user can get wrong is checked before the run folder is made and the model loaded.
+    run_dir = _plan_run_dir(training_args, script_args, argv)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
     check_model_name(model_args, "gtpo train")
     dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
-    run_dir = _open_run_dir("train", argv, recipe, script_args, training_args, model_args)
+    _open_run_dir("train", argv, recipe, script_args, training_args, model_args)
     print(f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; run folder {run_dir}")
 
-    model, tokenizer = load_policy(model_args, "gtpo train")
-    trainer = GTPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=[MetricsLogger(run_dir)],
-    )
-    start = time.time()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    wall = time.time() - start
-
-    final_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
+    with runfolder.recording_status(run_dir, training_args.process_index == 0):
+        model, tokenizer = load_policy(model_args, "gtpo train")
+        trainer = GTPOTrainer(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            callbacks=[MetricsLogger(run_dir)],
+        )
+        start = time.time()
+        runfolder.train(trainer, training_args.resume_from_checkpoint)
+        wall = time.time() - start
+        final_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
     if training_args.process_index == 0:
         figures = _plot_run(run_dir) if script_args.plot else []
         _print_summary(run_dir, wall, final_dir, figures)
     return 0
 
 
-def _open_run_dir(command: str, argv: list[str], recipe: dict, script_args, training_args, model_args) -> Path:
-    """Create the run folder (default ``runs/<stamp>-<name>``) and write ``run.json`` into it."""
-    run_dir = _resolve_output_dir(training_args, argv)
+def _open_run_dir(command: str, argv: list[str], recipe: dict, script_args, training_args, model_args) -> None:
+    """Create the planned run folder (`_plan_run_dir`) and write ``run.json`` (status running) into it."""
+    from gtpo.runfolder import run_record, start_run
+
     if training_args.process_index == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _write_run_record(run_dir, command, argv, recipe, script_args, training_args, model_args)
-    return run_dir
-
-
-def _write_run_record(run_dir: Path, command: str, argv: list[str], recipe: dict, *dataclass_args) -> None:
-    """``run.json``: the command line, the recipe it started from, every resolved argument, and versions."""
-    import torch
-    import transformers
-    import trl
-
-    from gtpo import __version__
-
-    args = {}
-    for obj in dataclass_args:
-        values = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-        args[type(obj).__name__] = values
-    record = {
-        "command": ["gtpo", command, *argv],
-        "recipe": recipe,
-        "args": args,
-        "versions": {"gtpo": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
-                     "torch": torch.__version__, "python": sys.version.split()[0]},
-        "started": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
-    (run_dir / "run.json").write_text(json.dumps(record, indent=2, default=str))
+        record = run_record(["gtpo", command, *argv], recipe, script_args, training_args, model_args)
+        start_run(Path(training_args.output_dir), record, script_args.overwrite_output_dir,
+                  training_args.resume_from_checkpoint)
 
 
 def _plot_run(run_dir: Path) -> list[Path]:
@@ -406,9 +396,10 @@ def run_sft(argv: list[str]) -> int:
 
     parser = sft_parser()
     (script_args, training_args, model_args), recipe = parser.parse(argv)
+    run_dir = _plan_run_dir(training_args, script_args, argv)
     check_model_name(model_args, "gtpo sft")
     dataset = sft_dataset(load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed))
-    run_dir = _open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
+    _open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
     print(f"gtpo sft: {script_args.task} gold solutions with {model_args.model_name_or_path}; run folder {run_dir}")
     result = train_sft(dataset, training_args, model_args)
     if training_args.process_index == 0:
@@ -545,9 +536,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[command](rest) or 0
     except Exception as err:
-        if debug or not isinstance(err, _user_errors()):
+        from gtpo.runfolder import os_error_message
+
+        user = isinstance(err, _user_errors())
+        message = _message(err) if user else isinstance(err, OSError) and os_error_message(err)  # full disk, ...
+        if debug or not message:
             raise
-        print(f"gtpo: error: {_message(err)}", file=sys.stderr)
+        print(f"gtpo: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gtpo: interrupted", file=sys.stderr)

@@ -99,9 +99,15 @@ def measure_initial_entropy(trainer, prompts: list) -> float:
 
 
 def save_state(directory: str, state: dict) -> None:
-    """Write GTPO's trainer state (⟨H⟩_ini and how it was obtained) beside a checkpoint."""
-    with open(os.path.join(directory, STATE_FILE), "w") as f:
+    """Write GTPO's trainer state (⟨H⟩_ini and how it was obtained) beside a checkpoint.
+
+    Atomic (temporary file, then rename), so a kill leaves the whole file or none; the trainer writes it
+    before Trainer's own files, whose last, trainer_state.json, marks a checkpoint complete (gtpo.runfolder).
+    """
+    path = os.path.join(directory, STATE_FILE)
+    with open(path + ".tmp", "w") as f:
         json.dump(state, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def load_state(directory: str) -> dict | None:

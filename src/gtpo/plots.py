@@ -158,7 +158,12 @@ def plot_runs(
     if smooth is not None and smooth < 1:
         raise ValueError(f"smooth must be a window of at least 1 step, got {smooth}")
     runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs)]
+    for run_dir, (_, rows) in zip(run_dirs, runs):
+        if not rows:
+            raise ValueError(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it once a step is logged")
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"output folder {out_dir} is a file: give a folder for the figures (-o)")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     written = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -36,25 +37,71 @@ def _plain(value):
 class MetricsLogger(TrainerCallback):
     """Append each ``on_log`` dict to ``run_dir/metrics.jsonl`` as ``{"step": ..., "time": ..., **logs}``.
 
-    Only the main process writes. ``step`` is the optimizer step the dict was logged at; ``time`` is
-    seconds since training began (wall clock), which makes step times readable from the log alone.
+    Only the main process writes, one whole line per write, flushed. ``step`` is the optimizer step the
+    dict was logged at; ``time`` is seconds of training since the run began (wall clock). On resume from
+    a checkpoint at step N (:func:`prepare_for_resume`) rows past N are dropped first, so each step is
+    logged once, and ``time`` continues from the row of step N.
     """
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / METRICS_FILE
         self._start = None
+        self._offset = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._start = time.time()
+        if state.is_world_process_zero and self.path.exists():
+            # global_step > 0 here only when Trainer restored it from a checkpoint.
+            self._offset = prepare_for_resume(self.path, state.global_step if state.global_step > 0 else None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        elapsed = time.time() - self._start if self._start is not None else None
+        elapsed = self._offset + time.time() - self._start if self._start is not None else None
         row = {"step": state.global_step, "time": elapsed, **{k: _plain(v) for k, v in logs.items()}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+            f.flush()
+
+
+def prepare_for_resume(path: str | Path, step: int | None) -> float:
+    """Make ``path`` (a metrics.jsonl) ready for appending; return the ``time`` to continue from.
+
+    A torn last line (a kill mid-write) is cut, unless it is a whole JSON row that only lacks its newline.
+    With ``step`` (resuming from the checkpoint of that step), rows logged after it and the closing
+    summary rows (``train_runtime``) are dropped, as an uninterrupted run would not have them. The file is
+    replaced atomically. Lines that are not JSON before the last are kept (``read_metrics`` names them).
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    tail = lines.pop()  # "" when the file ends with a newline
+    if tail.strip():
+        try:
+            if isinstance(json.loads(tail), dict):
+                lines.append(tail)
+        except json.JSONDecodeError:
+            pass
+    kept, offset = [], 0.0
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            kept.append(line)
+            continue
+        if step is not None and isinstance(row, dict):
+            if not isinstance(row.get("step"), int) or row["step"] > step or "train_runtime" in row:
+                continue
+            if isinstance(row.get("time"), (int, float)):
+                offset = max(offset, float(row["time"]))
+        kept.append(line)
+    new = "".join(line + "\n" for line in kept)
+    if new != text:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, path)
+    return offset
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -64,17 +111,24 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         path = path / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: give a run folder written by `gtpo train`")
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        message = f"{path}: not UTF-8 text (byte {err.start}); give the metrics.jsonl `gtpo train` wrote"
+        raise ValueError(message) from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as err:
             if number == len(lines):  # a run killed mid-write leaves a partial last line
                 break
             raise ValueError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
+            raise ValueError(f"{path}:{number}: a metrics row must be a JSON object with an integer 'step'")
+        rows.append(row)
     return rows
 
 

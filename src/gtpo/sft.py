@@ -52,20 +52,22 @@ def train_sft(dataset, training_args, model_args) -> dict:
     from trl import SFTTrainer, get_peft_config
 
     from gtpo.cli import load_policy, save_final
+    from gtpo.runfolder import recording_status, train
     from gtpo.runlog import MetricsLogger
 
     run_dir = Path(training_args.output_dir)
-    model, tokenizer = load_policy(model_args, "gtpo sft")
-    trainer = SFTTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=[MetricsLogger(run_dir)],
-    )
-    start = time.time()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    wall = time.time() - start
-    model_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
+    with recording_status(run_dir, training_args.process_index == 0):  # run.json: finished, or failed
+        model, tokenizer = load_policy(model_args, "gtpo sft")
+        trainer = SFTTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            callbacks=[MetricsLogger(run_dir)],
+        )
+        start = time.time()
+        train(trainer, training_args.resume_from_checkpoint)
+        wall = time.time() - start
+        model_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
     return {"model_dir": model_dir, "wall": wall}
