@@ -340,7 +340,7 @@ def test_an_invalid_last_line_is_cut_and_the_records_before_it_kept(tmp_path, ta
 
 
 @pytest.mark.parametrize("bad,what", [("[1, 2]", "must be a JSON object, got list"), ("{oops", "not a JSON record"),
-                                      ('{"problem_id": 1}', "lacks ['sample_index']")])
+                                      ('{"problem_id": 1}', "lacks ['sample_index', 'answer', 'correct', 'length', 'truncated']")])
 def test_a_bad_line_before_the_last_is_an_error_naming_the_file_and_line(tmp_path, bad, what):
     path = tmp_path / SAMPLES_FILE
     path.write_text(_line() + "\n" + bad + "\n" + _line(sample_index=1) + "\n", encoding="utf-8")

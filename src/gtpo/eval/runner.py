@@ -42,6 +42,8 @@ RESULTS_FILE = "results.json"
 
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
+# Fields of a record that results are computed from.
+REQUIRED_FIELDS = ("problem_id", "sample_index", "answer", "correct", "length", "truncated")
 RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
 
 
@@ -157,7 +159,7 @@ def _parse_record(line: bytes, path: Path, number: int) -> dict:
         raise ValueError(f"{path}:{number}: not a JSON record ({err})") from None
     if not isinstance(record, dict):
         raise ValueError(f"{path}:{number}: a record must be a JSON object, got {type(record).__name__}")
-    missing = [key for key in ("problem_id", "sample_index") if key not in record]
+    missing = [key for key in REQUIRED_FIELDS if key not in record]
     if missing:
         raise ValueError(f"{path}:{number}: record lacks {missing}")
     if isinstance(record["sample_index"], bool) or not isinstance(record["sample_index"], int):
@@ -223,8 +225,12 @@ def _append_records(path: Path, records: Iterable[dict]) -> None:
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
+                         "the same command: finished samples are kept") from None
 
 
 def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
@@ -235,12 +241,19 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "task": config.task,
         "split": config.split,
         "source": _normalise_path(config.source),
-        "few_shot": config.few_shot,
+        "few_shot": _effective_few_shot(config.task, config.few_shot),
         "num_samples": config.num_samples,
         "seed": config.seed,
         "sampling": config.sampling.to_dict(),
         "system_prompt": system,
     }
+
+
+def _effective_few_shot(task: str, few_shot: int | None) -> int | None:
+    """The number of worked examples actually shown: None means the task's default (0 for GSM8K)."""
+    from gtpo.data import TASKS
+
+    return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
 
 
 def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
@@ -251,7 +264,15 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
                              "samples were drawn; use another output directory")
         _write_json_atomic(path, {**settings, "created": _now()})
         return
-    recorded = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
+                         "restore it, or use another --output-dir") from None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output-dir")
+    # Run folders written before few_shot was resolved recorded None for "the task's default".
+    recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
     diffs = [f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
              for key in RUN_KEYS if recorded.get(key) != settings[key]]
     if diffs:
@@ -284,26 +305,26 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     ``backend``: an already loaded backend to share between tasks; default: load ``config.model`` with
     ``config.backend`` on first need (a run that is already complete loads no model).
     """
-    from gtpo.models import resolve_model
+    from gtpo.eval.checks import check_model, check_output_dir, removed_if_never_started
 
-    resolve_model(config.model)  # fail fast on a missing path, naming the valid choices
+    run_dir = Path(config.output_dir)
+    check_output_dir(run_dir)  # before loading anything: a bad --output-dir fails at once
+    if backend is None or isinstance(backend, LazyBackend):
+        check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
     backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
     problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot)
     if not problems:
         raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
-    run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     settings = _run_settings(config, problems)
-    _check_or_write_run_file(run_dir, settings)
-
     samples_path = run_dir / SAMPLES_FILE
-    done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
-    units = [(p, s) for p in problems for s in range(config.num_samples)]
-    pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
-    logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
-
-    if pending:
-        _sample(config, backend, units, done, samples_path)
+    with removed_if_never_started(run_dir, SAMPLES_FILE):
+        _check_or_write_run_file(run_dir, settings)
+        done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
+        units = [(p, s) for p in problems for s in range(config.num_samples)]
+        pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
+        logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
+        if pending:
+            _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
     results = {
         **settings,
