@@ -42,6 +42,7 @@ RESULTS_FILE = "results.json"
 
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
 # Fields of a record that results are computed from.
 REQUIRED_FIELDS = ("problem_id", "sample_index", "answer", "correct", "length", "truncated")
 RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
@@ -78,11 +79,13 @@ class EvalConfig:
         if self.source is not None:
             self.source = os.fspath(self.source)
         if self.num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
+            raise ValueError(f"num_samples (-n) must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise ValueError(f"batch_size (--batch-size) must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1 (or None for all problems), got {self.limit}")
+            raise ValueError(f"limit (--limit) must be >= 1 (or None for all problems), got {self.limit}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype (--dtype) {self.dtype!r} is not one of {list(DTYPES)}")
 
 
 @dataclass(frozen=True)
