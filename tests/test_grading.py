@@ -320,6 +320,50 @@ def test_an_answer_that_timed_out_is_not_sent_to_a_worker_again():
     assert grading._cached_verify.cache_info().misses == 1
 
 
+def test_concurrent_threads_each_get_their_verdict_within_the_hard_bound():
+    is_equivalent(r"\sqrt{4}", "2")
+    grading._SLOW.clear()
+    grading._cached_verify.cache_clear()
+    pairs = [(SLOW_IN_SYMPY[0], "x^2+1"), (SLOW_IN_SYMPY[1], "y+1"), (r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2")]
+
+    def timed(pair):
+        start = time.perf_counter()
+        return is_equivalent(*pair), time.perf_counter() - start
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(timed, pairs))
+    assert [verdict for verdict, _ in results] == [False, False, True]
+    assert max(seconds for _, seconds in results) < HARD_BOUND_CHECK_S
+
+
+def _kill_pool_processes(kill_zygote: bool):
+    import os
+    import signal
+
+    from gtpo import verdict_pool
+
+    pool = verdict_pool.get_pool()
+    with pool._cond:
+        pids = [worker.pid for worker in pool._idle]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    if kill_zygote:
+        pool._zygote.proc.kill()
+        pool._zygote.proc.wait()
+    time.sleep(0.2)
+
+
+@pytest.mark.parametrize("kill_zygote", [False, True], ids=["workers", "workers and zygote"])
+def test_worker_processes_killed_from_outside_are_replaced_and_no_answer_is_blamed(kill_zygote):
+    is_equivalent(r"\sqrt{4}", "2")
+    grading._SLOW.clear()
+    grading._cached_verify.cache_clear()
+    _kill_pool_processes(kill_zygote)
+    # A new zygote needs its imports (seconds): a generous deadline, this is about recovery, not speed.
+    assert is_equivalent(r"\frac{\sqrt{3}}{4}", r"\sqrt{3}/4", timeout=60) is True
+    assert not grading._SLOW
+
+
 def test_a_forked_child_starts_its_own_workers_instead_of_sharing_the_parents_pipes():
     from gtpo import verdict_pool
 

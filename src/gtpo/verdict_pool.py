@@ -6,21 +6,22 @@ C call: math-verify's own timeout uses ``signal.alarm`` (main thread only), and 
 into a thread (the previous design) waits for the next bytecode, which overshot a 2 s deadline by up
 to 2.5 s. A child process can always be killed. So:
 
-- `VerdictPool` keeps ready worker processes (``python -m gtpo.verdict_pool``), each with math-verify
-  and sympy imported and warmed up. One verdict is one request line on the worker's stdin and one reply
-  line on its stdout (JSON).
-- The caller waits for the reply with ``select`` until its deadline, measured from the call (waiting
-  for a free worker counts). On time-out it SIGKILLs the worker (no wait: a reaper thread collects it),
-  and the verdict is ``TIMED_OUT``. The overshoot is one ``select`` wake-up plus one ``kill``: well under
-  10 ms even on a loaded machine (docs/evaluation.md gives measurements).
-- A spare worker is always being kept ready (started in the background), so a kill costs the next
-  verdict nothing. Only the very first worker of a process is waited for without a deadline, like the
-  import of sympy before: start-up (1-3 s on a busy machine) is not any one answer's fault.
-- A process that forks (DataLoader workers, multiprocessing with fork) never shares the parent's workers:
-  the pool notices the new pid and starts its own.
+- A *zygote* process (``python -m gtpo.verdict_pool FD``) imports math-verify and sympy once and forks
+  workers on request; each worker's socket comes back over a Unix socket (SCM_RIGHTS). Forking a warm,
+  single-threaded process takes milliseconds, so a killed worker is replaced before it is missed.
+- `VerdictPool.verify` sends one JSON request line to an idle worker and polls for the reply line until
+  its deadline, measured from the call (waiting for a free worker counts). At the deadline it SIGKILLs
+  the worker (the zygote reaps it) and the verdict is `TIMED_OUT`. It stops waiting `KILL_MARGIN_S`
+  early so that the kill and the return fit inside the bound: measured overshoot past that point
+  up to ~10-19 ms on a loaded 2-core machine.
+- One spare worker is kept idle or being forked, in the background. Only the zygote's start-up
+  (imports, 1-3 s on a busy machine) is waited for without a deadline, once per process, like the
+  import of sympy before: it is not any one answer's fault.
+- A process that forks (DataLoader workers, multiprocessing with fork) never shares the parent's
+  workers: the pool notices the new pid and starts its own.
 
-Cost: one pipe round trip (~0.1 ms) on top of a symbolic verdict that itself costs ~10-20 ms; the exact
-numeric paths of `gtpo.grading.is_equivalent` never reach the pool.
+Cost: one socket round trip (~0.1 ms) on top of a symbolic verdict that itself costs ~10 ms; the exact
+numeric paths of `gtpo.grading.is_equivalent` never reach the pool. Linux/macOS only (fork, SCM_RIGHTS).
 """
 
 from __future__ import annotations
@@ -92,22 +93,28 @@ class _Zygote:
 class _Worker:
     def __init__(self, sock: socket.socket, pid: int):
         self.sock, self.pid, self.buffer = sock, pid, b""
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
 
     def read_line(self, deadline: float | None) -> bytes | None:
-        """One line from the worker, or None when `deadline` (perf_counter) passed or it died."""
+        """One line from the worker, or None when `deadline` (perf_counter) passed; OSError if it died."""
         while b"\n" not in self.buffer:
             remaining = None if deadline is None else deadline - time.perf_counter()
             if remaining is not None and remaining <= 0:
                 return None
-            readable, _, _ = select.select([self.sock], [], [], remaining)
-            if not readable:
+            # poll, not select: select() fails on descriptors above 1024, common in a large training process
+            if not self.poller.poll(None if remaining is None else max(1, int(remaining * 1000))):
                 return None
             chunk = self.sock.recv(65536)
-            if not chunk:  # the worker died
-                return None
+            if not chunk:
+                raise ConnectionError("the grading worker exited")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
+
+    def idle_and_alive(self) -> bool:
+        """An idle worker never has anything to read: any event on its socket is its exit (EOF/hang-up)."""
+        return not self.poller.poll(0)
 
     def kill(self) -> None:
         # The zygote reaps its children (SIGCHLD ignored), so nothing here waits for the kernel's teardown.
@@ -162,7 +169,14 @@ class VerdictPool:
 
     def _acquire(self, deadline: float | None) -> _Worker | None:
         with self._cond:
-            while not self._idle:
+            while True:
+                while self._idle:
+                    worker = self._idle.pop()
+                    if worker.idle_and_alive():
+                        self._busy += 1
+                        self._ensure_spare()
+                        return worker
+                    worker.kill()  # it died while idle (killed from outside, out of memory): drop it
                 self._ensure_spare()
                 remaining = None if deadline is None else deadline - time.perf_counter()
                 if remaining is not None and remaining <= 0:
@@ -170,10 +184,6 @@ class VerdictPool:
                 if self._starting == 0 and self._failed_starts >= 3:
                     raise RuntimeError("grading worker processes keep failing to start; its error is printed above")
                 self._cond.wait(remaining)
-            worker = self._idle.pop()
-            self._busy += 1
-            self._ensure_spare()
-            return worker
 
     def _release(self, worker: _Worker | None) -> None:
         with self._cond:
@@ -191,19 +201,26 @@ class VerdictPool:
         """
         # Stop waiting a little early, so that the kill and the return fit inside `timeout` too.
         deadline = None if timeout is None else time.perf_counter() + max(timeout - KILL_MARGIN_S, timeout / 2)
-        worker = self._acquire(deadline)
-        if worker is None:
-            return NO_WORKER
-        reply = None
-        try:
-            worker.sock.sendall(json.dumps([prediction, gold]).encode() + b"\n")
-            reply = worker.read_line(deadline)
-        except OSError:  # the worker died (killed from outside, out of memory): no verdict, a fresh worker
-            reply = None
-        if reply is None:
-            worker.kill()
-            self._release(None)
-            return TIMED_OUT
+        for attempt in range(2):
+            worker = self._acquire(deadline)
+            if worker is None:
+                return NO_WORKER
+            try:
+                worker.sock.sendall(json.dumps([prediction, gold]).encode() + b"\n")
+                reply = worker.read_line(deadline)
+            except OSError:
+                # The worker died: killed from outside or out of memory while idle (try a fresh one once),
+                # or twice in a row on this input (then it is the input's fault, like a time-out).
+                worker.kill()
+                self._release(None)
+                if attempt == 0:
+                    continue
+                return TIMED_OUT
+            if reply is None:
+                worker.kill()
+                self._release(None)
+                return TIMED_OUT
+            break
         self._release(worker)
         answer = json.loads(reply)
         if "error" in answer:  # a bug in math-verify/sympy on this input: wrong, as in-process before
