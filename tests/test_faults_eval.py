@@ -275,3 +275,29 @@ def test_eval_plot_prints_the_path_it_wrote(tmp_path, uninterrupted, capsys):
     assert gtpo_main(["eval-plot", str(out), "-o", str(tmp_path / "plots" / "e8")]) == 0
     printed = capsys.readouterr().out.strip().removeprefix("wrote ")
     assert Path(printed).is_file() and printed == str(tmp_path / "plots" / "e8.png")
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_equals_the_uninterrupted_run(tmp_path, source, uninterrupted, capsys,
+                                                                            monkeypatch):
+    # ENOSPC surfaces at write or fsync; fsync of the second batch fails here, as on a full disk.
+    from gtpo.eval import runner
+
+    reference = uninterrupted[0]
+    real_fsync, calls = runner.os.fsync, {"n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] == 2:  # call 1: batch 1; call 2: batch 2 (run.json is replaced atomically, no fsync)
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    argv = _eval_argv(source, tmp_path)
+    monkeypatch.setattr(runner.os, "fsync", fsync)
+    assert gtpo_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    last = err.splitlines()[-1]  # transformers' "Loading weights" bar comes before it on stderr
+    assert "Traceback" not in err and last.startswith("gtpo: error: ")
+    assert "No space left on device" in last and SAMPLES_FILE in last and "re-run" in last
+    monkeypatch.setattr(runner.os, "fsync", real_fsync)
+    assert gtpo_main(argv) == 0
+    assert _by_key(read_records(tmp_path / "gsm8k" / SAMPLES_FILE)) == _by_key(reference)
