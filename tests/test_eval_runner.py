@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import sys
 import types
 from pathlib import Path
@@ -201,11 +202,17 @@ def test_settings_mismatch_with_an_existing_run_folder_is_an_error(tmp_path, gsm
         evaluate(changed, backend=ScriptedBackend(problems, scripted_answers))
 
 
-def test_more_problems_can_be_added_to_a_run_folder(tmp_path, gsm8k_source, problems):
+def test_more_problems_can_be_added_to_a_run_folder_keeping_the_recorded_samples(tmp_path, gsm8k_source, problems):
     evaluate(make_config(tmp_path, gsm8k_source, limit=1), backend=ScriptedBackend(problems, scripted_answers))
-    backend = ScriptedBackend(problems, scripted_answers)
+    before = read_records(tmp_path / "run" / SAMPLES_FILE)
+    # A different script now: a regenerated copy of an old sample must not replace its record.
+    backend = ScriptedBackend(problems, lambda p, s: "<answer>999</answer>")
     results = evaluate(make_config(tmp_path, gsm8k_source, limit=LIMIT), backend=backend)
-    assert {pid for call in backend.calls for pid, _ in call} == {p.id for p in problems[1:]}
+    assert {pid for call in backend.calls for pid, _ in call} >= {p.id for p in problems[1:]}
+    after = read_records(tmp_path / "run" / SAMPLES_FILE)
+    assert after[: len(before)] == before
+    assert sorted((str(r["problem_id"]), r["sample_index"]) for r in after) == sorted(
+        (str(p.id), s) for p in problems for s in range(N))  # each sample exactly once
     assert results["num_problems"] == LIMIT
 
 
@@ -304,3 +311,79 @@ def test_lora_adapter_dir_and_full_checkpoint_both_load(tmp_path, tiny_model_pat
     prompts = [problems[0].prompt]
     outputs = [TransformersBackend(path).generate(prompts, [0], greedy) for path in (tiny_model_path, full, adapter)]
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+# ------------------------------------------------------------------------------ records and per-sample seeds
+
+GOOD = {"problem_id": "p", "sample_index": 0, "text": "t", "answer": None, "correct": False,
+        "length": 1, "truncated": False, "gold": "1"}
+
+
+def _line(**changes) -> str:
+    return json.dumps({**GOOD, **changes})
+
+
+def test_a_complete_last_record_without_its_newline_is_kept_and_the_newline_added(tmp_path):
+    path = tmp_path / SAMPLES_FILE
+    path.write_text(_line(sample_index=0) + "\n" + _line(sample_index=1), encoding="utf-8")
+    assert [r["sample_index"] for r in read_records(path)] == [0, 1]
+    assert path.read_text(encoding="utf-8") == _line(sample_index=0) + "\n" + _line(sample_index=1) + "\n"
+
+
+@pytest.mark.parametrize("tail", ['{"problem_id": "p", "sample_in', "\0\0\0\0", '{"problem_id": "p"}', "[1, 2]"],
+                         ids=["torn json", "zeros after a crash", "not a full record", "an array"])
+def test_an_invalid_last_line_is_cut_and_the_records_before_it_kept(tmp_path, tail):
+    path = tmp_path / SAMPLES_FILE
+    path.write_text(_line() + "\n" + tail, encoding="utf-8")
+    assert read_records(path) == [GOOD]
+    assert path.read_text(encoding="utf-8") == _line() + "\n"
+
+
+@pytest.mark.parametrize("bad,what", [("[1, 2]", "must be a JSON object, got list"), ("{oops", "not a JSON record"),
+                                      ('{"problem_id": 1}', "lacks ['sample_index', 'answer', 'correct', 'length', 'truncated']")])
+def test_a_bad_line_before_the_last_is_an_error_naming_the_file_and_line(tmp_path, bad, what):
+    path = tmp_path / SAMPLES_FILE
+    path.write_text(_line() + "\n" + bad + "\n" + _line(sample_index=1) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path}:2: .*{re.escape(what)}"):
+        read_records(path)
+
+
+def test_a_records_file_with_a_utf8_bom_is_read(tmp_path):
+    path = tmp_path / SAMPLES_FILE
+    path.write_bytes(b"\xef\xbb\xbf" + _line().encode() + b"\n")
+    assert read_records(path) == [GOOD]
+
+
+def test_a_sampled_row_is_the_same_alone_and_in_any_batch(problems):
+    # Per-row generators: which batch a (problem, sample) falls in must not change its completion.
+    backend = TransformersBackend("tiny")
+    sampling = SamplingSettings(max_new_tokens=6)
+    prompts = [problems[0].prompt, [{"role": "user", "content": "What is 2 + 3?"}], problems[0].prompt]
+    seeds = [11, 12, 13]
+    batched = backend.generate(prompts, seeds, sampling)
+    alone = [backend.generate([p], [s], sampling)[0] for p, s in zip(prompts, seeds)]
+    reordered = backend.generate(prompts[::-1], seeds[::-1], sampling)[::-1]
+    assert batched == alone == reordered
+    assert batched[0] != batched[2]  # same prompt, different seed: different draws (6 tokens at T=1)
+
+
+def test_per_row_sampler_draws_from_the_softmax_restricted_to_the_nucleus():
+    import torch
+
+    from gtpo.eval.backends import per_row_sampler
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -8.0])
+    probs = torch.softmax(logits, -1)
+    rows = 4000
+    draws = []
+    for top_p in (1.0, 0.8):
+        sampler = per_row_sampler(range(rows), SamplingSettings(top_p=top_p), "cpu")
+        out = sampler(torch.zeros(rows, 1, dtype=torch.long), logits.repeat(rows, 1))
+        assert ((out == 0).sum(-1) == 1).all()  # exactly one token left per row
+        draws.append(torch.bincount(out.argmax(-1), minlength=5).float() / rows)
+    full, nucleus = draws
+    # 4000 draws: standard error <= 0.008 per frequency; 0.03 is ~4 sigma.
+    assert torch.allclose(full, probs, atol=0.03)
+    # top-p 0.8: the smallest set of tokens with mass >= 0.8 is {0, 1} (0.64 + 0.24), renormalized.
+    kept = probs[:2] / probs[:2].sum()
+    assert torch.allclose(nucleus[:2], kept, atol=0.03) and nucleus[2:].sum() == 0

@@ -8,7 +8,6 @@ import functools
 import json
 import multiprocessing
 import sys
-import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -274,34 +273,114 @@ def test_model_output_never_reaches_python_eval(monkeypatch, tmp_path):
     assert not marker.exists()
 
 
-def _spin(seconds):
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:  # pure Python: the deadline can interrupt it
-        pass
-    return "finished"
+# Inputs that pass every pre-check and then spend seconds inside sympy's C code, where only killing the
+# worker process can stop them (issue 10: each took 2.0-4.5 s under the old in-process deadline).
+SLOW_IN_SYMPY = [r"\exp(\exp(\exp(\exp(100))))", r"(x+y)^{1999}", r"(\sqrt2+\sqrt3)^{9999}"]
+# The bound is 1 s including the overshoot; 1.5 s leaves room for a loaded CI machine's scheduling
+# while still failing the old design (2.0-4.5 s).
+HARD_BOUND_CHECK_S = 1.5
 
 
-@pytest.mark.parametrize("in_thread", [False, True])
-def test_deadline_interrupts_slow_python_work_in_any_thread(in_thread):
-    def run():
+def _time_slow_inputs():
+    results = []
+    for answer in SLOW_IN_SYMPY:
+        grading._SLOW.clear()
+        grading._cached_verify.cache_clear()
         start = time.perf_counter()
-        return grading._call_with_deadline(_spin, 0.2, 30.0), time.perf_counter() - start
+        verdict = is_equivalent(answer, r"\frac{\sqrt{3}}{4}")
+        results.append((answer, verdict, time.perf_counter() - start))
+    return results
 
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main thread", "worker thread"])
+def test_an_answer_stuck_in_sympy_c_code_gets_a_false_verdict_within_the_hard_bound(in_thread):
+    is_equivalent(r"\sqrt{4}", "2")  # the pool's first worker start-up is charged to no verdict
     if in_thread:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            result, seconds = pool.submit(run).result(timeout=60)
+            results = pool.submit(_time_slow_inputs).result(timeout=120)
     else:
-        result, seconds = run()
-    assert result is grading._TIMED_OUT
-    assert seconds < 5.0
+        results = _time_slow_inputs()
+    for answer, verdict, seconds in results:
+        assert verdict is False
+        assert seconds < HARD_BOUND_CHECK_S, f"{answer} took {seconds:.2f} s"
+    # the killed workers were replaced: an ordinary symbolic verdict still works
+    assert is_equivalent(r"\frac{\sqrt{3}}{4}", r"\sqrt{3}/4") is True
 
 
-def test_deadline_never_fires_after_the_call_returned():
-    # Many calls finishing close to their deadline; a late exception would escape into this test.
-    for _ in range(200):
-        assert grading._call_with_deadline(_spin, 0.002, 0.0019) in ("finished", grading._TIMED_OUT)
-    time.sleep(0.05)
-    assert threading.active_count() < 50
+def test_an_answer_that_timed_out_is_not_sent_to_a_worker_again():
+    # maj@k grouping compares each answer with every class representative: a pathological answer must
+    # cost one time-out per problem, not one per comparison.
+    is_equivalent(r"\sqrt{4}", "2")
+    grading._SLOW.clear()
+    grading._cached_verify.cache_clear()
+    start = time.perf_counter()
+    verdicts = [is_equivalent(r"(x+y)^{1999}", gold) for gold in ("x^2+1", r"\sqrt{2}", r"\pi", r"\frac{1}{3}", "y-1")]
+    assert verdicts == [False] * 5
+    assert time.perf_counter() - start < HARD_BOUND_CHECK_S + 0.5
+    assert grading._cached_verify.cache_info().misses == 1
+
+
+def test_concurrent_threads_each_get_their_verdict_within_the_hard_bound():
+    is_equivalent(r"\sqrt{4}", "2")
+    grading._SLOW.clear()
+    grading._cached_verify.cache_clear()
+    pairs = [(SLOW_IN_SYMPY[0], "x^2+1"), (SLOW_IN_SYMPY[1], "y+1"), (r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2")]
+
+    def timed(pair):
+        start = time.perf_counter()
+        return is_equivalent(*pair), time.perf_counter() - start
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(timed, pairs))
+    assert [verdict for verdict, _ in results] == [False, False, True]
+    assert max(seconds for _, seconds in results) < HARD_BOUND_CHECK_S
+
+
+def _kill_pool_processes(kill_zygote: bool):
+    import os
+    import signal
+
+    from gtpo import verdict_pool
+
+    pool = verdict_pool.get_pool()
+    with pool._cond:
+        pids = [worker.pid for worker in pool._idle]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    if kill_zygote:
+        pool._zygote.proc.kill()
+        pool._zygote.proc.wait()
+    time.sleep(0.2)
+
+
+@pytest.mark.parametrize("kill_zygote", [False, True], ids=["workers", "workers and zygote"])
+def test_worker_processes_killed_from_outside_are_replaced_and_no_answer_is_blamed(kill_zygote):
+    is_equivalent(r"\sqrt{4}", "2")
+    grading._SLOW.clear()
+    grading._cached_verify.cache_clear()
+    _kill_pool_processes(kill_zygote)
+    # A new zygote needs its imports (seconds): a generous deadline, this is about recovery, not speed.
+    assert is_equivalent(r"\frac{\sqrt{3}}{4}", r"\sqrt{3}/4", timeout=60) is True
+    assert not grading._SLOW
+
+
+def test_a_forked_child_starts_its_own_workers_instead_of_sharing_the_parents_pipes():
+    from gtpo import verdict_pool
+
+    is_equivalent(r"\frac{\sqrt{3}}{4}", r"\sqrt{3}/4")
+    parent_pool = verdict_pool.get_pool()
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        child_pid, child_pool_pid = pool.submit(_pool_owner).result(timeout=120)
+    assert child_pool_pid == child_pid != parent_pool.pid
+
+
+def _pool_owner():
+    import os
+
+    from gtpo import verdict_pool
+
+    return os.getpid(), verdict_pool.get_pool().pid
 
 
 def test_repeated_comparisons_hit_the_cache():

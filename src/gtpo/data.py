@@ -283,6 +283,9 @@ def _standard_rows(
     columns = _resolve_columns(list(records[0].keys()), column_map or {}, where)
     rows = []
     for index, record in enumerate(records):
+        absent = [columns[c] for c in ("question", "answer") if columns[c] not in record]
+        if absent:
+            raise ValueError(f"{where}, row {index + 1}: no {absent[0]!r} field (row 1 has one); every row needs it")
         raw_answer = record[columns["answer"]]
         raw_id = record.get(columns["id"]) if use_id_column and "id" in columns else None
         row_subject = record.get(columns["subject"]) if "subject" in columns else None
@@ -309,7 +312,7 @@ def read_records(path: str | Path) -> list[dict]:
         return pyarrow.parquet.read_table(path).to_pylist()
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json")):
         opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
+        with opener(path, "rt", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not data
             text = f.read()
         if name.endswith(".json"):
             try:
@@ -317,11 +320,27 @@ def read_records(path: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 data = None  # JSON lines saved as .json (what `Dataset.to_json` writes)
             if isinstance(data, list):
-                return data
+                return _objects(data, path)
             if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
-                return next(iter(data.values()))  # {"data": [...]}
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+                return _objects(next(iter(data.values())), path)  # {"data": [...]}
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}, column {err.colno})") from None
+        return _objects(rows, path, lines=True)
     raise ValueError(f"{path}: unsupported file type; use .jsonl, .jsonl.gz, .json or .parquet")
+
+
+def _objects(rows: list, path: Path, lines: bool = False) -> list[dict]:
+    """`rows`, each checked to be a JSON object; otherwise an error naming the file and row."""
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            where = f"{path}:{index + 1}" if lines else f"{path}, row {index}"
+            raise ValueError(f"{where}: each row must be a JSON object with named fields, got {type(row).__name__}")
+    return rows
 
 
 def _olmo_root() -> Path | None:

@@ -20,19 +20,18 @@ Grading time is bounded in any thread, in three layers:
 2. after parsing (lazily, without evaluation), a bound on the number of digits any numeric
    sub-expression could have (`_digits_bound`), because big-integer arithmetic runs in C and nothing
    can interrupt it;
-3. a per-call deadline (`timeout`, default 2 s) that interrupts the remaining pure-Python sympy work
-   (`_call_with_deadline`). It raises in the grading thread itself, so unlike math-verify's
-   `signal.alarm` it works outside the main thread; math-verify's own timeouts are disabled.
+3. a hard per-verdict deadline (`timeout`, default 1 s, overshoot included up to a few ms): the symbolic
+   verdict runs in a worker process that is killed at the deadline (`gtpo.verdict_pool`), so it holds
+   in any thread and through long C calls; math-verify's own `signal.alarm` timeouts are disabled.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import math
 import re
-import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -47,7 +46,7 @@ MAX_NESTING = 12
 MAX_EXPONENT = 10_000
 MAX_DIGITS = 10_000
 MAX_EXPANSION_TERMS = 2_000
-DEFAULT_TIMEOUT_S = 2.0
+DEFAULT_TIMEOUT_S = 1.0
 
 # math-verify's default float comparison: decimals agree when rounded to 6 places (1/3 = 0.333333).
 FLOAT_ROUNDING = 6
@@ -375,74 +374,6 @@ def _prepare(s: str) -> _Answer | None:
 # --------------------------------------------------------------------------------------------------
 
 
-class _Deadline(BaseException):
-    """Raised inside the grading thread when its time budget is spent.
-
-    A BaseException, so that the `except Exception` blocks in sympy and math-verify let it through.
-    """
-
-
-def _async_raise(thread_id: int, exc_type) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type is not None else None
-    )
-
-
-class _Watchdog:
-    """Raises `_Deadline` once in the calling thread after `seconds`, unless disarmed first."""
-
-    def __init__(self, seconds: float):
-        self._thread_id = threading.get_ident()
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self.fired = False
-        self._thread = threading.Thread(target=self._watch, args=(seconds,), daemon=True, name="gtpo-grading-deadline")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _watch(self, seconds: float) -> None:
-        if self._done.wait(seconds):
-            return
-        with self._lock:  # never fire after `disarm` has run
-            if not self._done.is_set():
-                self.fired = True
-                _async_raise(self._thread_id, _Deadline)
-
-    def disarm(self) -> None:
-        with self._lock:
-            self._done.set()
-            if self.fired:  # fired but not yet delivered: cancel it
-                _async_raise(self._thread_id, None)
-
-
-_TIMED_OUT = object()
-
-
-def _call_with_deadline(fn, seconds: float | None, *args):
-    """`fn(*args)`, or `_TIMED_OUT` when it runs past `seconds`. Works in any thread.
-
-    The exception is raised between bytecodes, like a signal handler's: it interrupts sympy's Python
-    loops but not one long C call, which is why the pre-checks keep big-integer work out.
-    """
-    if seconds is None or seconds <= 0:
-        return fn(*args)
-    watchdog = _Watchdog(seconds)
-    result, finished = _TIMED_OUT, False
-    try:
-        watchdog.start()  # inside the try: under load the deadline can pass before start() returns
-        result, finished = fn(*args), True
-    except _Deadline:
-        pass
-    while True:  # a late delivery can land here, before disarm(); then disarm again
-        try:
-            watchdog.disarm()
-            break
-        except _Deadline:
-            continue
-    return result if finished else _TIMED_OUT
-
-
 def _silence_math_verify_timeout_warning() -> None:
     # We disable math-verify's signal.alarm timeouts on purpose (they fail outside the main thread and
     # have 1 s granularity); its one-time warning about that would only confuse users.
@@ -534,25 +465,44 @@ def _verify(prediction: str, gold: str) -> bool:
     return bool(mv.verify(list(gold_parsed), list(pred_parsed), timeout_seconds=None))
 
 
-class _TimedOut(Exception):
-    pass
+# Answers (lightly normalized) whose verdict once timed out as the prediction: never sent to a worker
+# again in this process. Each time-out blames a distinct answer, so grouping n answers for maj@k spends at
+# most n time-outs per problem, and a repeated pathological completion costs a reward step nothing.
+_SLOW: OrderedDict[str, None] = OrderedDict()
+_SLOW_MAX = 4_096
+
+
+class _NoVerdict(Exception):
+    """No worker was free before the deadline; raised so that `lru_cache` does not keep it."""
 
 
 @functools.lru_cache(maxsize=16_384)
-def _cached_verify(prediction: str, gold: str, timeout: float | None) -> bool:
-    result = _call_with_deadline(_verify, timeout, prediction, gold)
-    if result is _TIMED_OUT:
-        raise _TimedOut  # not cached: the same pair may finish in time when the machine is less busy
-    return result
+def _cached_verify(prediction: str, gold: str, timeout: float | None):
+    if timeout is None or timeout <= 0:  # no deadline: in this process
+        return _verify(prediction, gold)
+    from gtpo.verdict_pool import NO_WORKER, get_pool
+
+    result = get_pool().verify(prediction, gold, timeout)
+    if result is NO_WORKER:
+        raise _NoVerdict
+    return result  # True, False or TIMED_OUT, all cached
 
 
 def _symbolic_equal(prediction: str, gold: str, timeout: float | None) -> bool:
-    _math_verify()  # the one-time import and warm-up stay outside the deadline
-    try:
-        return _cached_verify(prediction, gold, timeout)
-    except _TimedOut:
-        logger.warning("grading timed out after %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold)
+    if prediction in _SLOW or gold in _SLOW:
         return False
+    try:
+        result = _cached_verify(prediction, gold, timeout)
+    except _NoVerdict:
+        logger.warning("no grading worker was free within %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold)
+        return False
+    if result is True or result is False:
+        return result
+    _SLOW[prediction] = None
+    while len(_SLOW) > _SLOW_MAX:
+        _SLOW.popitem(last=False)
+    logger.warning("grading timed out after %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold)
+    return False
 
 
 def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> bool:

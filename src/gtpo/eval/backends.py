@@ -128,11 +128,46 @@ def make_backend(model: str, backend: str = "auto", dtype: str | None = None, se
     return BACKENDS[name](model, dtype, seed)
 
 
+def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
+    """A logits processor that samples each batch row from its own seeded ``torch.Generator``.
+
+    ``generate``'s own sampling draws every row from one global RNG stream, so a row's tokens depend on
+    which other rows share its batch. Here each row's next token is drawn by the Gumbel-max trick,
+    argmax(log p + G) with G = -log(-log U) and U from that row's generator (exactly a draw from p),
+    after the same temperature / top-k / top-p warpers ``generate`` would apply; the processor then
+    leaves only that token at 0 (the rest -inf) and ``generate`` runs greedy (``do_sample=False``), so
+    it picks it. A row therefore gets the same tokens in any batch, up to float rounding of the logits
+    in a different batch shape. Every row draws one uniform vector per step, finished or not.
+    """
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers = [TemperatureLogitsWarper(float(sampling.temperature))]
+    if sampling.top_k > 0:
+        warpers.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(sampling.top_p))
+    generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+
+    class PerRowSampler(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            for warper in warpers:
+                scores = warper(input_ids, scores)
+            log_probs = torch.log_softmax(scores.float(), dim=-1)
+            uniform = torch.stack([torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in generators])
+            gumbel = -torch.log(-torch.log(uniform.clamp_(min=torch.finfo(torch.float32).tiny)))
+            choice = torch.argmax(log_probs + gumbel, dim=-1, keepdim=True)
+            return torch.full_like(scores, float("-inf")).scatter_(-1, choice, 0.0)
+
+    return PerRowSampler()
+
+
 class TransformersBackend:
     """Batched ``model.generate`` with left padding; runs on CPU or one GPU.
 
-    Reproducibility: the torch RNG is seeded with the batch's first seed before each call, so the same
-    batch (same prompts, same order, same size) gives the same completions on the same machine.
+    Reproducibility: every row is sampled from its own generator seeded with its seed
+    (`per_row_sampler`), so a (problem, sample) gets the same completion in any batch, on the same
+    machine (float rounding of a different batch shape aside: zero on CPU for the tiny model, tested).
     """
 
     name = "transformers"
@@ -159,18 +194,9 @@ class TransformersBackend:
         from transformers import GenerationConfig
 
         # A fresh config, so the checkpoint's own sampling defaults (top_k, repetition penalty) do not apply.
-        if sampling.temperature == 0:
-            return GenerationConfig(
-                do_sample=False,
-                max_new_tokens=sampling.max_new_tokens,
-                eos_token_id=self.eos_ids,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
+        # Greedy in both cases: sampling happens in `per_row_sampler`, one generator per row.
         return GenerationConfig(
-            do_sample=True,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
+            do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
@@ -187,9 +213,10 @@ class TransformersBackend:
             return []
         texts = [render_prompt(self.tokenizer, m) for m in prompts]
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        torch.manual_seed(int(seeds[0]))
+        processors = [] if sampling.temperature == 0 else [per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
-            out = self.model.generate(**batch, generation_config=self._generation_config(sampling))
+            out = self.model.generate(**batch, generation_config=self._generation_config(sampling),
+                                      logits_processor=processors)
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()  # (B, <= max_new_tokens)
         return [self._completion(ids) for ids in new_tokens]
 

@@ -125,7 +125,9 @@ def group_answers(
     ``equivalent(prediction, reference) -> bool`` defaults to ``gtpo.grading.is_equivalent``.
     ``correct``: per-sample verdicts already computed (e.g. the ``correct`` field of eval records), used
     instead of comparing with ``gold``, so that maj@k and pass@k rest on the same verdicts.
-    Cost: one gold comparison per distinct answer, and O(w²) comparisons for w distinct wrong answers.
+    Cost: one gold comparison per distinct answer, and O(w²) comparisons for w distinct wrong answers;
+    with the default grader at most one comparison per distinct answer can hit the 1 s time-out (an answer
+    that timed out is never parsed again), so n answers cost at most n time-outs.
 
     >>> same = lambda a, b: a.strip("0.") == b.strip("0.")
     >>> group_answers(["5", "7", "5.0", None, "7"], "5", same).counts

@@ -38,7 +38,14 @@ def find_results(paths: Sequence[str | Path]) -> list[Path]:
 def load_results(path: str | Path) -> dict:
     """One results file, checked for the fields the plots need."""
     path = Path(path)
-    results = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        results = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); re-run `gtpo eval` to rewrite it") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason}); re-run `gtpo eval` to rewrite it") from None
+    if not isinstance(results, dict):
+        raise ValueError(f"{path} is not a gtpo eval results file: a JSON {type(results).__name__}, not an object")
     missing = [key for key in ("task", "ks", *METRICS) if key not in results]
     if missing:
         raise ValueError(f"{path} is not a gtpo eval results file: missing {missing}")
@@ -99,8 +106,16 @@ def plot_results(
             ax.legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title)
+    # matplotlib picks the format from the suffix and appends ".png" when there is none: name the file
+    # ourselves, so the path returned (and printed) is the one written.
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=150)
-    plt.close(fig)
+    if not output.suffix:
+        output = output.with_suffix(".png")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(output, dpi=150)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot write the figure to {output} (-o): {getattr(err, 'strerror', None) or err}") from None
+    finally:
+        plt.close(fig)
     return output

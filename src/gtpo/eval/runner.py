@@ -42,6 +42,9 @@ RESULTS_FILE = "results.json"
 
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
+# Fields of a record that results are computed from.
+REQUIRED_FIELDS = ("problem_id", "sample_index", "answer", "correct", "length", "truncated")
 RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
 
 
@@ -76,11 +79,13 @@ class EvalConfig:
         if self.source is not None:
             self.source = os.fspath(self.source)
         if self.num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
+            raise ValueError(f"num_samples (-n) must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise ValueError(f"batch_size (--batch-size) must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1 (or None for all problems), got {self.limit}")
+            raise ValueError(f"limit (--limit) must be >= 1 (or None for all problems), got {self.limit}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype (--dtype) {self.dtype!r} is not one of {list(DTYPES)}")
 
 
 @dataclass(frozen=True)
@@ -149,42 +154,86 @@ def unit_seed(seed: int, problem_id, sample_index: int) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
+def _parse_record(line: bytes, path: Path, number: int) -> dict:
+    """One record of ``samples.jsonl``, or ValueError naming the file and line."""
+    try:
+        record = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}:{number}: not a JSON record ({err})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number}: a record must be a JSON object, got {type(record).__name__}")
+    missing = [key for key in REQUIRED_FIELDS if key not in record]
+    if missing:
+        raise ValueError(f"{path}:{number}: record lacks {missing}")
+    if isinstance(record["sample_index"], bool) or not isinstance(record["sample_index"], int):
+        raise ValueError(f"{path}:{number}: sample_index must be an integer, got {record['sample_index']!r}")
+    return record
+
+
 def read_records(path: str | Path) -> list[dict]:
-    """Records of ``samples.jsonl``. A torn last line (a write cut by an interrupt) is dropped and cut
-    from the file, so appending continues on a clean line; a bad line elsewhere is an error."""
+    """Records of ``samples.jsonl``; the last line is repaired in place so that appending continues cleanly.
+
+    A valid record is never thrown away. The last line is the only one an interrupted append can leave
+    behind: if it is a complete record that only lacks its newline, the newline is added; if it is torn
+    (not a valid record: cut mid-write, or zeros after a crash), it is cut. A bad line anywhere else is an
+    error naming the file and line: that is damage, not an interrupted write.
+    """
     path = Path(path)
     if not path.exists():
         return []
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory, not a records file; use another --output-dir")
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        logger.warning("%s: dropping an unfinished last line (%d bytes) from an interrupted write", path, len(data) - keep)
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-        data = data[:keep]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the file ends with a newline, as it should
     records = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        last = number == len(lines)
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number} is not valid JSON ({err}); the records file is corrupt") from err
+            records.append(_parse_record(line, path, number))
+        except ValueError as err:
+            if not last:
+                raise ValueError(f"{err}; the records file is damaged: move it away to start over") from None
+            keep = len(data) - len(line) - (1 if data.endswith(b"\n") else 0)
+            logger.warning("%s:%d: cutting an unfinished last line (%d bytes) left by an interrupted write",
+                           path, number, len(data) - keep)
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            return records
+    if data and not data.endswith(b"\n"):
+        logger.warning("%s: the last record was complete but lacked its newline; adding it", path)
+        with open(path, "ab") as f:
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
     return records
 
 
 def _append_records(path: Path, records: Iterable[dict]) -> None:
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(lines)
-        f.flush()
-        os.fsync(f.fileno())  # the batch is on disk before the next one starts
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())  # the batch is on disk before the next one starts
+    except OSError as err:  # a full disk, a quota: the samples already written stay valid
+        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and "
+                         "re-run the same command: finished samples are kept") from None
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
+                         "the same command: finished samples are kept") from None
 
 
 def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
@@ -195,12 +244,19 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "task": config.task,
         "split": config.split,
         "source": _normalise_path(config.source),
-        "few_shot": config.few_shot,
+        "few_shot": _effective_few_shot(config.task, config.few_shot),
         "num_samples": config.num_samples,
         "seed": config.seed,
         "sampling": config.sampling.to_dict(),
         "system_prompt": system,
     }
+
+
+def _effective_few_shot(task: str, few_shot: int | None) -> int | None:
+    """The number of worked examples actually shown: None means the task's default (0 for GSM8K)."""
+    from gtpo.data import TASKS
+
+    return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
 
 
 def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
@@ -211,7 +267,15 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
                              "samples were drawn; use another output directory")
         _write_json_atomic(path, {**settings, "created": _now()})
         return
-    recorded = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
+                         "restore it, or use another --output-dir") from None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output-dir")
+    # Run folders written before few_shot was resolved recorded None for "the task's default".
+    recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
     diffs = [f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
              for key in RUN_KEYS if recorded.get(key) != settings[key]]
     if diffs:
@@ -244,26 +308,26 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     ``backend``: an already loaded backend to share between tasks; default: load ``config.model`` with
     ``config.backend`` on first need (a run that is already complete loads no model).
     """
-    from gtpo.models import resolve_model
+    from gtpo.eval.checks import check_model, check_output_dir, removed_if_never_started
 
-    resolve_model(config.model)  # fail fast on a missing path, naming the valid choices
+    run_dir = Path(config.output_dir)
+    check_output_dir(run_dir)  # before loading anything: a bad --output-dir fails at once
+    if backend is None or isinstance(backend, LazyBackend):
+        check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
     backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
     problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot)
     if not problems:
         raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
-    run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     settings = _run_settings(config, problems)
-    _check_or_write_run_file(run_dir, settings)
-
     samples_path = run_dir / SAMPLES_FILE
-    done = {(str(r["problem_id"]), int(r["sample_index"])) for r in read_records(samples_path)}
-    units = [(p, s) for p in problems for s in range(config.num_samples)]
-    pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
-    logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
-
-    if pending:
-        _sample(config, backend, units, done, samples_path)
+    with removed_if_never_started(run_dir, SAMPLES_FILE):
+        _check_or_write_run_file(run_dir, settings)
+        done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
+        units = [(p, s) for p in problems for s in range(config.num_samples)]
+        pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
+        logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
+        if pending:
+            _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
     results = {
         **settings,
@@ -279,26 +343,35 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     return results
 
 
-def _sample(config: EvalConfig, backend: Backend, units, done: set, samples_path: Path) -> None:
+def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_path: Path) -> None:
+    """Generate every unit not in ``done`` ((problem_id, sample_index) -> recorded text), batch by batch.
+
+    Batches are fixed slices of the full unit list, and a batch with anything left to do is generated
+    whole (its recorded samples are kept, the regenerated copies only checked): with the per-sample seeds
+    of the backends, a resumed batch then has the very shapes and seeds of the uninterrupted one, so its
+    samples are bit-identical even where a backend's numerics depend on the batch shape.
+    """
     from tqdm.auto import tqdm
 
     extract_answer, is_equivalent = _graders()
-    # Fixed batches over the full unit list: the same batches (hence, on one machine, the same samples)
-    # whether or not the run was interrupted, as long as batch_size and the problem selection agree.
     batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
     already = sum((str(p.id), s) in done for p, s in units)
+    mismatches = 0
     with tqdm(total=len(units), initial=already, unit="sample", desc=f"eval {config.task}",
               disable=not config.progress, dynamic_ncols=True) as bar:
         for batch in batches:
-            todo = [(p, s) for p, s in batch if (str(p.id), s) not in done]
-            if not todo:
+            if all((str(p.id), s) in done for p, s in batch):
                 continue
-            seeds = [unit_seed(config.seed, p.id, s) for p, s in todo]
-            completions = backend.generate([p.prompt for p, _ in todo], seeds, config.sampling)
-            if len(completions) != len(todo):
-                raise RuntimeError(f"backend returned {len(completions)} completions for {len(todo)} prompts")
+            seeds = [unit_seed(config.seed, p.id, s) for p, s in batch]
+            completions = backend.generate([p.prompt for p, _ in batch], seeds, config.sampling)
+            if len(completions) != len(batch):
+                raise RuntimeError(f"backend returned {len(completions)} completions for {len(batch)} prompts")
             records = []
-            for (problem, s), completion in zip(todo, completions):
+            for (problem, s), completion in zip(batch, completions):
+                key = (str(problem.id), s)
+                if key in done:  # a valid record is never replaced
+                    mismatches += done[key] is not None and done[key] != completion.text
+                    continue
                 answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
                 records.append({
                     "problem_id": problem.id,
@@ -311,8 +384,11 @@ def _sample(config: EvalConfig, backend: Backend, units, done: set, samples_path
                     "gold": problem.gold,
                 })
             _append_records(samples_path, records)
-            done.update((str(p.id), s) for p, s in todo)
-            bar.update(len(todo))
+            done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
+            bar.update(len(records))
+    if mismatches:
+        logger.warning("%d recorded samples came out differently when their batch was regenerated (another "
+                       "machine, backend, dtype or --batch-size?); the recorded ones are kept", mismatches)
 
 
 def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_samples: int) -> dict:
