@@ -159,3 +159,60 @@ def test_aggregation_normalizers_missing_or_misplaced_are_rejected_with_a_clear_
     with pytest.raises(ValueError, match=message):
         gtpo_loss(torch.zeros(2, 3), torch.ones(2, 3), torch.tensor([1.0, -1.0]), entropy_filter="never",
                   gamma=0.0, **kwargs)
+
+
+class _Accelerator:
+    """One process: TRL's reduce/gather are identities."""
+
+    num_processes = 1
+    sync_gradients = True
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+
+def trl_compute_loss(loss_type, logps, old, mask, adv, accumulation=2, steps_per_generation=2):
+    """TRL 1.16's own GRPOTrainer._compute_loss, run unbound on a stub trainer whose model returns `logps`."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    stub = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
+        beta=0.0, loss_type=loss_type, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, use_vllm=False,
+        args=SimpleNamespace(delta=None, steps_per_generation=steps_per_generation),
+        model=SimpleNamespace(training=True), current_gradient_accumulation_steps=accumulation,
+        max_completion_length=MAX_LEN, accelerator=_Accelerator(), _entropy_bonus_enabled=False,
+        aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
+    )
+    n, t = mask.shape
+    inputs = dict(prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.long),
+                  completion_ids=torch.zeros(n, t, dtype=torch.long), completion_mask=mask.long(),
+                  advantages=adv, old_per_token_logps=old, num_items_in_batch=mask.sum())
+    return GRPOTrainer._compute_loss(stub, None, inputs)
+
+
+@pytest.mark.parametrize("aggregation", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_aggregation_with_unit_weights_equals_trls_own_compute_loss_after_its_accumulation_scaling(aggregation):
+    # TRL divides grpo/bnpo/dr_grpo by the accumulation steps and dapo by num_items·accumulation/steps_per_generation;
+    # GTPOTrainer applies the same outer scaling to core's loss (trainer.py), restated here with accumulation = 2.
+    mask, adv, _, _, _ = entropy_batch(seed=13)
+    logps = leaf_logps(mask, seed=14)
+    old = logps.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(15))
+    loss, _ = gtpo_loss(logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0,
+                        aggregation=aggregation, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH,
+                        **kwargs_for(aggregation, mask))
+    loss = loss / (2 / 2 if aggregation == "dapo" else 2)  # accumulation 2, steps_per_generation 2
+    ref_logps = logps.detach().clone().requires_grad_()
+    expected = trl_compute_loss(aggregation, ref_logps, old, mask, adv)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(logps.grad, ref_logps.grad)

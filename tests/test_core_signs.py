@@ -145,6 +145,16 @@ def test_genuinely_small_advantages_keep_their_sign():
     assert advantage_signs(torch.tensor([1000.0, -1000.0, 5e-4, 2e-3]), 4).tolist() == [1, -1, 0, 1]
 
 
+@pytest.mark.parametrize("scale", ["group", "none"])
+def test_a_group_with_rewards_0_and_1e_minus_3_keeps_every_sign(scale):
+    # Rewards 0 and 1e-3 (a tiny but real difference): every A_i is ±(1e-3)/2 / (std + 1e-4) ≈ ±0.74 ("group")
+    # or ±5e-4 ("none"), far above tol_g, so every row counts as A≠0 and a shared token conflicts.
+    adv = group_advantages(torch.tensor([0.0, 1e-3, 0.0, 1e-3]), 4, scale=scale)
+    assert advantage_signs(adv, 4).tolist() == [-1, 1, -1, 1]
+    fw, _ = conflict_spans(torch.full((4, 1), 7), torch.ones(4, 1, dtype=torch.bool), adv, 4)
+    assert fw.all()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

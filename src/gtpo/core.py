@@ -276,8 +276,9 @@ def conflict_spans(
     counts positions from each completion's own last valid token (``|o_i| - 1 - r``). The forward span
     is the run of forward conflicts starting at the first valid token, the backward span the run of
     backward conflicts ending at the last valid token (M^fw and M^bw). Rows with A=0 (up to rounding:
-    `advantage_signs`, |A_i| ≤ 1e-6·max(1, max_g |A|)), padding and empty completions are never in a span. Validity comes from ``completion_mask`` only, never from a pad id
-    (the pad is often EOS, and EOS is a genuine conflict token). Cost does not depend on vocabulary size.
+    `advantage_signs`, |A_i| ≤ 1e-6·max(1, max_g |A|)), padding and empty completions are never in a
+    span. Validity comes from ``completion_mask`` only, never from a pad id (the pad is often EOS, and
+    EOS is a genuine conflict token). Cost does not depend on vocabulary size.
 
     Args:
         completion_ids: (N, T) integer token ids.
@@ -686,7 +687,8 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     if aggregation != "dapo" and token_normalizer is not None:
         raise ValueError(f"token_normalizer is used only by aggregation='dapo', not {aggregation!r}")
     if aggregation == "dr_grpo":
-        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1:
+        m = max_completion_length
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise ValueError(
                 "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length=<int >= 1> "
                 f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
