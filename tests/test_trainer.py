@@ -96,6 +96,7 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(conflict_combine="sum"), "conflict_combine"),
         (dict(gtpo_aggregation="token"), "gtpo_aggregation"),
         (dict(entropy_term="bonus"), "entropy_term"),
+        (dict(entropy_temperature="tempered"), "entropy_temperature='tempered'"),
         (dict(algorithm="ppo"), "algorithm"),
         (dict(entropy_threshold=0.0), "entropy_threshold"),
         (dict(entropy_gamma=-0.1), "entropy_gamma"),
@@ -132,6 +133,7 @@ def test_defaults_follow_the_paper_and_resolve_bf16_by_device(tmp_path):
     assert args.entropy_filter == "auto" and math.isclose(args.entropy_threshold, math.log(2))
     assert args.entropy_gamma == 0.1 and args.gtpo_aggregation == "sequence"
     assert args.initial_entropy is None and args.initial_entropy_prompts == 100
+    assert args.entropy_temperature == "model"  # Sec. 4.2: the model's own distribution, not the sampling one
     assert args.bf16 == bool(torch.accelerator.is_available())
     assert GTPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True).bf16 is False
     # The TRL default we override: bf16=True everywhere, which transformers refuses on a CPU-only machine.
@@ -156,6 +158,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "entropy_gamma",
         "entropy_term",
         "gtpo_aggregation",
+        "entropy_temperature",
         "initial_entropy",
         "initial_entropy_prompts",
     }
@@ -220,6 +223,12 @@ def test_trl_version_and_hook_signatures_are_pinned():
     assert "advantages = advantages[process_slice]" in source
     assert '"completion_mask": completion_mask,' in source and '"advantages": advantages,' in source
     assert "shuffle_sequence_dict(generation_batch)" in inspect.getsource(GRPOTrainer._prepare_inputs)
+    # The fused LM head's kernel, wrapped for the temperature-1 entropy (gtpo.untempered), and its arguments.
+    from trl.trainer import utils as trl_utils
+
+    assert hasattr(trl_utils, "_ChunkedLogProbFunction")
+    fused = inspect.getsource(trl_utils.add_fused_lm_head)
+    assert "per_token = _ChunkedLogProbFunction.apply(" in fused and "log_probs, entropy, log_sum_sq_probs" in fused
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -26,6 +26,7 @@ CONFLICT_COMBINES = ("union", "product")
 ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
+ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
 
@@ -159,6 +160,18 @@ class GTPOConfig(GRPOConfig):
             "choices": list(AGGREGATIONS),
         },
     )
+    entropy_temperature: str = field(
+        default="model",
+        metadata={
+            "help": "Which distribution's entropy H enters ⟨H⟩_i, ⟨H⟩_ini (Eq. 6), the γ term (Eq. 7) and the gtpo/ "
+            "metrics. 'model' (default): the model's own next-token distribution, temperature 1, whatever the "
+            "sampling temperature; this is the paper's H (Sec. 4.2) and also what the authors' code computes "
+            "(untempered logits). 'sampling': the distribution sampled from (logits / temperature), as TRL's "
+            "entropy metric and GTPO 0.1.0. Log-probabilities and importance ratios are TRL's (tempered) either way; "
+            "the two coincide at temperature=1.",
+            "choices": list(ENTROPY_TEMPERATURES),
+        },
+    )
     initial_entropy: float | None = field(
         default=None,
         metadata={
@@ -189,12 +202,18 @@ class GTPOConfig(GRPOConfig):
         """True when Eq. 6's ⟨H⟩_ini must be known (measured unless given)."""
         return self.gtpo_enabled and self.entropy_filter == "auto"
 
+    @property
+    def untempered_entropy(self) -> bool:
+        """True when GTPO's entropies must be recomputed at temperature 1 (TRL's are at `temperature`)."""
+        return self.gtpo_enabled and self.entropy_temperature == "model" and self.temperature != 1.0
+
     def _validate_gtpo(self) -> None:
         _check_choice("algorithm", self.algorithm, ALGORITHMS)
         _check_choice("conflict_combine", self.conflict_combine, CONFLICT_COMBINES)
         _check_choice("entropy_filter", self.entropy_filter, ENTROPY_FILTERS)
         _check_choice("entropy_term", self.entropy_term, ENTROPY_TERMS)
         _check_choice("gtpo_aggregation", self.gtpo_aggregation, AGGREGATIONS)
+        _check_choice("entropy_temperature", self.entropy_temperature, ENTROPY_TEMPERATURES)
         if not isinstance(self.conflict_correction, bool):
             raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
         _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)

@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from gtpo import core
+from gtpo import core, untempered
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,9 @@ def measure_initial_entropy(trainer, prompts: list) -> float:
                 padding_value=0,
                 padding_side="right",
             ).to(device)
-            with disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+            untempered_on = bool(getattr(trainer.args, "untempered_entropy", False))
+            with disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs), \
+                    untempered.untempered_entropy(untempered_on):
                 _, entropies, _ = trainer._get_per_token_logps_and_entropies(
                     trainer.model,
                     torch.cat([p_ids, c_ids], dim=1),

@@ -36,7 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from gtpo import core, entropy_init
+from gtpo import core, entropy_init, untempered
 from gtpo.config import GTPOConfig
 
 logger = logging.getLogger(__name__)
@@ -248,16 +248,25 @@ class GTPOTrainer(GRPOTrainer):
                 "use algorithm='grpo' for tool-calling runs"
             )
 
-        # The one forward pass TRL runs too; entropies come from the same fused LM head, at no extra pass.
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
-        )
+        # The one forward pass TRL runs too. Entropies come from the same hidden states: at temperature 1
+        # (entropy_temperature="model", Sec. 4.2) through a second pass of the LM head only, else TRL's.
+        differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
+        with untempered.untempered_entropy(args.untempered_entropy, differentiable) as capture:
+            per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled,
+                **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
+            )
+        # TRL's `entropy` metric keeps TRL's meaning (the sampling distribution), so GTPO and GRPO runs line up.
+        sampling_entropies = entropies
+        if capture.sampling:
+            sampling_entropies = untempered.completion_layout(
+                capture.sampling[0], attention_mask, completion_ids.size(1)
+            )  # (B, T): one kernel call, since _compute_loss scores the micro-batch in one chunk
         old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
         loss, metrics = core.gtpo_loss(
             per_token_logps,
@@ -299,7 +308,7 @@ class GTPOTrainer(GRPOTrainer):
         if self.initial_entropy is not None:
             metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
         self._log_metrics(
-            mode, metrics, per_token_logps, old_per_token_logps, entropies, completion_mask, inputs["advantages"]
+            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, inputs["advantages"]
         )
         return loss
 

@@ -1,0 +1,100 @@
+"""Which entropy GTPO uses (Sec. 4.2): the model's own next-token distribution, whatever the sampling temperature.
+
+Every check recomputes the entropy independently, from a plain forward of the model (full logits, no fused
+head) on the very ids the trainer scored, and compares.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+from test_trainer import FixedGTPO, settings  # noqa: E402
+from trainer_helpers import make_dataset, table_reward  # noqa: E402
+
+from gtpo import GTPOConfig, core  # noqa: E402
+
+
+def _recorded_step(tmp_path, tiny_model_path, monkeypatch, **overrides):
+    """One training step; returns what `core.gtpo_loss` received, the scored ids, and the trainer's logs."""
+    seen = {}
+    original = core.gtpo_loss
+
+    def recording(per_token_logps, completion_mask, advantages, **kwargs):
+        seen.update(logps=per_token_logps.detach(), mask=completion_mask, entropy=kwargs["token_entropy"].detach())
+        return original(per_token_logps, completion_mask, advantages, **kwargs)
+
+    class Recording(FixedGTPO):
+        def _compute_loss(self, model, inputs):
+            seen["prompt_ids"], seen["prompt_mask"] = inputs["prompt_ids"], inputs["prompt_mask"]
+            seen["completion_ids"] = inputs["completion_ids"]
+            return super()._compute_loss(model, inputs)
+
+    monkeypatch.setattr(core, "gtpo_loss", recording)
+    args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0, learning_rate=0.0, **overrides))
+    trainer = Recording(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
+    trainer.train()
+    return seen, trainer.state.log_history[0]
+
+
+def _plain_forward(tiny_model_path, seen, temperature):
+    """Entropy and sampled-token log-prob of the completion tokens from full logits / temperature."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    ids = torch.cat([seen["prompt_ids"], seen["completion_ids"]], dim=1)
+    attention = torch.cat([seen["prompt_mask"], seen["mask"]], dim=1)
+    k = seen["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, -k - 1 : -1].double()  # (B, K, V)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)  # (B, K)
+    token_logp = logp.gather(-1, seen["completion_ids"].unsqueeze(-1)).squeeze(-1)  # (B, K)
+    return entropy, token_logp
+
+
+def test_gtpo_entropy_is_the_temperature_one_entropy_while_logps_stay_tempered(tmp_path, tiny_model_path, monkeypatch):
+    seen, log = _recorded_step(tmp_path, tiny_model_path, monkeypatch, temperature=0.7)
+    mask = seen["mask"].bool()
+    untempered, _ = _plain_forward(tiny_model_path, seen, 1.0)
+    tempered, tempered_logp = _plain_forward(tiny_model_path, seen, 0.7)
+    assert (untempered - tempered)[mask].abs().min() > 1e-2  # the control: the two entropies differ here
+    torch.testing.assert_close(seen["entropy"][mask].double(), untempered[mask], atol=1e-4, rtol=1e-4)
+    # Log-probs (and so importance ratios) are TRL's: those of the sampling distribution.
+    torch.testing.assert_close(seen["logps"][mask].double(), tempered_logp[mask], atol=1e-4, rtol=1e-4)
+    # gtpo/mean_entropy is the untempered ⟨H⟩ (Eq. 6), TRL's `entropy` the sampling distribution's token mean.
+    per_row = (untempered * mask).sum(-1) / mask.sum(-1)
+    assert log["gtpo/mean_entropy"] == pytest.approx(per_row.mean().item(), abs=1e-4)
+    assert log["entropy"] == pytest.approx(tempered[mask].mean().item(), abs=1e-4)
+
+
+def test_sampling_option_keeps_the_entropy_of_the_tempered_distribution(tmp_path, tiny_model_path, monkeypatch):
+    seen, log = _recorded_step(tmp_path, tiny_model_path, monkeypatch, temperature=0.7, entropy_temperature="sampling")
+    mask = seen["mask"].bool()
+    tempered, _ = _plain_forward(tiny_model_path, seen, 0.7)
+    torch.testing.assert_close(seen["entropy"][mask].double(), tempered[mask], atol=1e-4, rtol=1e-4)
+    assert log["entropy"] == pytest.approx(tempered[mask].mean().item(), abs=1e-4)
+
+
+def test_differentiable_entropy_term_gets_the_untempered_entropy_gradient(tmp_path, tiny_model_path):
+    """entropy_term='differentiable': the gradient of γ·mean⟨H⟩ flows through the temperature-1 pass."""
+    from gtpo import untempered
+    from gtpo.trainer import GTPOTrainer
+
+    args = GTPOConfig(**settings(tmp_path, temperature=0.7, initial_entropy=1.0))
+    trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
+    model = trainer.model
+    ids = torch.tensor([[5, 9, 17, 33, 2, 40, 41]])
+    attention = torch.ones_like(ids)
+    with untempered.untempered_entropy(True, differentiable=True):
+        _, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, 3, compute_entropy=True)
+    entropy.sum().backward()
+    fused = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, -4:-1]  # plain forward, temperature 1
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    (-(logp.exp() * logp).sum()).backward()
+    torch.testing.assert_close(fused.double(), model.lm_head.weight.grad.double(), atol=1e-5, rtol=1e-4)
