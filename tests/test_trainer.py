@@ -103,7 +103,10 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(conflict_positive_weight=float("inf")), "conflict_positive_weight"),
         (dict(initial_entropy=float("nan")), "initial_entropy"),
         (dict(initial_entropy_prompts=0), "initial_entropy_prompts"),
-        (dict(loss_type="dapo"), "gtpo_aggregation"),
+        (dict(loss_type="cispo"), "choose one of ['grpo', 'bnpo', 'dr_grpo', 'dapo']"),
+        (dict(loss_type="sapo"), "choose one of ['grpo', 'bnpo', 'dr_grpo', 'dapo']"),
+        (dict(loss_type="dapo", gtpo_aggregation="reference"), "both choose the loss aggregation"),
+        (dict(loss_type="dapo", entropy_term="differentiable"), "counted steps_per_generation times"),
         (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
         (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
         (dict(gtpo_aggregation="reference", entropy_term="differentiable"), "micro-batch size"),
@@ -329,8 +332,11 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
     [
         (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0), dict(loss_type="grpo")),
         (dict(algorithm="grpo", beta=0.04, loss_type="dapo"), dict(beta=0.04, loss_type="dapo")),
+        *[(dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t),
+           dict(loss_type=t)) for t in ("dapo", "dr_grpo", "bnpo")],
     ],
-    ids=["gtpo-components-off", "algorithm-grpo-with-kl"],
+    ids=["gtpo-components-off", "algorithm-grpo-with-kl", "components-off-dapo", "components-off-dr_grpo",
+         "components-off-bnpo"],
 )
 def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gtpo_overrides, grpo_overrides):
     common = settings(tmp_path, **SGD)
@@ -370,13 +376,15 @@ def test_no_extra_forward_pass_beyond_trl_grpo(tmp_path, tiny_model_path, monkey
     assert calls["gtpo"] == calls["grpo"] == 4  # one forward per micro-batch, no reference model
 
 
-@pytest.mark.parametrize("aggregation", ["sequence", "reference"])
+@pytest.mark.parametrize("aggregation", ["sequence", "reference", "dapo", "dr_grpo"])
 def test_gradient_accumulation_split_gives_the_same_update(tmp_path, tiny_model_path, aggregation):
+    # bnpo is left out on purpose: TRL's bnpo is a token mean per micro-batch, which depends on the split.
+    loss = dict(gtpo_aggregation=aggregation) if aggregation in ("sequence", "reference") else dict(loss_type=aggregation)
     updates = []
     for batch, accumulation in [(8, 1), (4, 2), (2, 4)]:
         args = GTPOConfig(**settings(
             tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-            gtpo_aggregation=aggregation, initial_entropy=1.0, **SGD,
+            initial_entropy=1.0, **loss, **SGD,
         ))
         _, before, after = run(FixedGTPO, tiny_model_path, args)
         updates.append({k: after[k] - before[k] for k in before})

@@ -283,7 +283,8 @@ class GTPOTrainer(GRPOTrainer):
             initial_entropy=self.initial_entropy,
             gamma=args.entropy_gamma,
             entropy_term=args.entropy_term,
-            aggregation=args.gtpo_aggregation,
+            aggregation=args.core_aggregation,
+            **self._aggregation_kwargs(inputs),
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
@@ -292,12 +293,16 @@ class GTPOTrainer(GRPOTrainer):
             importance_weights=inputs.get("importance_sampling_ratio"),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
-        # whole batch, whatever its split: "sequence" is a mean over the micro-batch (as TRL's "grpo");
-        # "reference" is a sum over the micro-batch's completions, turned into a sum within each group
-        # averaged over groups (the authors' code trains one group per step, where the two agree).
+        # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
+        # (as TRL's "grpo", "bnpo", "dr_grpo"); "dapo" is already over the generation batch's token count
+        # per rank, rescaled to one accumulation window as TRL does; "reference" is a sum over the
+        # micro-batch's completions, turned into a sum within each group averaged over groups (the authors'
+        # code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        if args.gtpo_aggregation == "reference":
+        if args.core_aggregation == "dapo":
+            normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
+        elif args.core_aggregation == "reference":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             normalizer = normalizer * completion_ids.size(0) / group_size
         loss = loss / normalizer
@@ -311,6 +316,16 @@ class GTPOTrainer(GRPOTrainer):
             mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, inputs["advantages"]
         )
         return loss
+
+    def _aggregation_kwargs(self, inputs) -> dict:
+        """The normalizers TRL's loss types use, for core's aggregations of the same names."""
+        aggregation = self.args.core_aggregation
+        if aggregation == "dr_grpo":
+            return {"max_completion_length": self.max_completion_length}
+        if aggregation == "dapo":
+            # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
+            return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes}
+        return {}
 
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
