@@ -469,12 +469,9 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
     lengths = {0: 1, 1: 2, 2: 3, 3: 2, 4: 0}  # prompt 4 samples an empty completion
 
     def fake_trainer(rank, world, reduced):
-        def tokenize(batch):
-            return [[j + 1] for j in batch], None, {}
-
-        def generate(prompt_ids, images, fields, num_generations):
-            assert num_generations == 1
-            return [[7] * lengths[ids[0] - 1] for ids in prompt_ids], None
+        def generate(prompts):  # TRL's _generate: (prompt_ids, completion_ids, tool_mask, completions, ...)
+            prompt_ids = [[j + 1] for j in prompts]
+            return prompt_ids, [[7] * lengths[j] for j in prompts], None, None, None, {}, None, []
 
         def score(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
             prompt = input_ids[:, :1].float() - 1  # (B, 1) the prompt index j
@@ -490,11 +487,16 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
                                         reduce=reduce),
             args=SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1,
                                  gradient_checkpointing_kwargs=None),
-            model=SimpleNamespace(is_gradient_checkpointing=False),
+            model=SimpleNamespace(is_gradient_checkpointing=False, training=True, eval=lambda: None,
+                                  train=lambda mode=True: None),
             _tokenizer=SimpleNamespace(pad_token_id=0),
-            _is_vlm=False,
-            _tokenize_prompts=tokenize,
-            _generate_single_turn=generate,
+            eos_token_ids=[7],
+            mask_truncated_completions=False,
+            num_generations=4,
+            num_generations_eval=4,
+            _metrics={"train": {}, "eval": {}},
+            state=SimpleNamespace(num_input_tokens_seen=0),
+            _generate=generate,
             _get_per_token_logps_and_entropies=score,
         )
 

@@ -171,7 +171,7 @@ class GTPOTrainer(GRPOTrainer):
         if self.train_dataset is None:
             raise ValueError("⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
                              "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'")
-        prompts = entropy_init.first_prompts(self.train_dataset, n)
+        prompts = entropy_init.first_rows(self.train_dataset, n)
         if len(prompts) < n:
             logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d",
                            len(prompts), n)
