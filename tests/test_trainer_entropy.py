@@ -98,3 +98,25 @@ def test_differentiable_entropy_term_gets_the_untempered_entropy_gradient(tmp_pa
     logp = torch.log_softmax(logits.double(), dim=-1)
     (-(logp.exp() * logp).sum()).backward()
     torch.testing.assert_close(fused.double(), model.lm_head.weight.grad.double(), atol=1e-5, rtol=1e-4)
+
+
+def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tmp_path, tiny_model_path):
+    """A' = A − γ⟨H⟩ (Eq. 7, authors' realization): with γ=0.1 and ⟨H⟩=1, A=0.05 becomes A'=−0.05, so a ratio
+    below 1−ε counts as a low clip (the loss clips it as a negative row) and one above 1+ε does not."""
+    from gtpo.trainer import GTPOTrainer
+
+    args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0, entropy_gamma=0.1))  # ⟨H⟩_ini ≥ ln 2: no filter
+    trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
+    advantages = torch.tensor([0.05, 0.05, -1.0, 0.5])
+    mask = torch.ones(4, 3, dtype=torch.long)
+    entropies = torch.ones(4, 3)
+    logps = torch.zeros(4, 3)
+    old = torch.tensor([0.5, -0.5, 0.0, -0.5]).unsqueeze(-1).expand(4, 3)  # ratios e^-0.5, e^0.5, 1, e^0.5
+    used = trainer._loss_advantages(advantages, entropies, mask)
+    torch.testing.assert_close(used, torch.tensor([-0.05, -0.05, -1.1, 0.4]))
+    trainer._log_metrics("train", {}, logps, old, entropies, mask, used)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    # Row 0: r=0.61 < 0.8 with A'<0 -> low; row 1: r=1.65 with A'<0 -> neither; row 3: r=1.65, A'>0 -> high.
+    assert logged["clip_ratio/low_mean"] == pytest.approx(3 / 12)
+    assert logged["clip_ratio/high_mean"] == pytest.approx(3 / 12)
+    assert logged["clip_ratio/region_mean"] == pytest.approx(6 / 12)

@@ -312,10 +312,24 @@ class GTPOTrainer(GRPOTrainer):
 
         if self.initial_entropy is not None:
             metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
+        # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
+        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)
         self._log_metrics(
-            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, inputs["advantages"]
+            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, loss_advantages
         )
         return loss
+
+    def _loss_advantages(self, advantages, entropies, mask) -> torch.Tensor:
+        """A'_i = δ_i·(A_i − γ⟨H⟩_i) (entropy_term='advantage') or δ_i·A_i: the advantage core.gtpo_loss uses."""
+        args = self.args
+        if args.entropy_filter == "never" and (args.entropy_term != "advantage" or args.entropy_gamma == 0):
+            return advantages
+        mean_h = core.mean_completion_entropy(entropies.detach(), mask)  # (B,)
+        keep = core.entropy_keep_mask(mean_h, advantages, mode=args.entropy_filter, threshold=args.entropy_threshold,
+                                      initial_entropy=self.initial_entropy)  # (B,) δ_i, Eq. 6
+        if args.entropy_term == "advantage":
+            return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
+        return torch.where(keep, advantages.float(), 0.0)  # (B,)
 
     def _aggregation_kwargs(self, inputs) -> dict:
         """The normalizers TRL's loss types use, for core's aggregations of the same names."""
