@@ -250,6 +250,14 @@ def test_dataset_without_prompt_column_is_rejected(tmp_path, tiny_model_path):
                     train_dataset=data)
 
 
+@pytest.mark.parametrize("dataset", [None, "empty"])
+def test_auto_filter_without_training_prompts_is_refused_when_the_trainer_is_built(tmp_path, tiny_model_path, dataset):
+    data = make_dataset().select([]) if dataset == "empty" else None
+    with pytest.raises(ValueError, match=r"no train_dataset \(or it is empty\); set GTPOConfig.initial_entropy"):
+        GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)),
+                    train_dataset=data)
+
+
 def raises_on_seven(completions, **kwargs):
     return [1.0 / 0 if "seven" in c[0]["content"] else 1.0 for c in completions]
 

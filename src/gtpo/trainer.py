@@ -114,6 +114,11 @@ class GTPOTrainer(GRPOTrainer):
         if environment_factory is None:
             _require_prompt_column(train_dataset, "train_dataset")
             _require_prompt_column(eval_dataset, "eval_dataset")
+        if args.needs_initial_entropy and args.initial_entropy is None and _is_empty(train_dataset):
+            raise ValueError(
+                "entropy_filter='auto' measures ⟨H⟩_ini (Eq. 6) on the first training prompts, but there is no "
+                "train_dataset (or it is empty); set GTPOConfig.initial_entropy, or entropy_filter to another mode"
+            )
         super().__init__(
             model=model,
             reward_funcs=_guard_reward_funcs(reward_funcs),
@@ -367,6 +372,15 @@ class GTPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- input checks
+
+
+def _is_empty(dataset) -> bool:
+    if dataset is None:
+        return True
+    try:
+        return len(dataset) == 0
+    except TypeError:  # an IterableDataset: its length is unknown until read
+        return False
 
 
 def _require_prompt_column(dataset, name: str) -> None:
