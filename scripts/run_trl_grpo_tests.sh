@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run TRL's own GRPOTrainer tests (tests/test_grpo_trainer.py) against GTPOTrainer/GTPOConfig, offline:
+# the evidence that the one-line swap holds. TRL's files are copied into a temporary folder, never into
+# this repository; tests/trl_compat/trl_conftest.py does the swap and serves the hub ids from local builds.
+#
+#   scripts/run_trl_grpo_tests.sh [--repo TRL_GIT_DIR] [--ref REF] [pytest args...]
+#
+# TRL_GIT_DIR: a clone or bare mirror of huggingface/trl (default: /work/.mirror/huggingface+trl/repo);
+# REF: the tag or commit whose tests to run (default v1.16.0, the pinned TRL; falls back to nothing: say which).
+# Prints the counts passed / refused / offline / failed / skipped and writes trl_compat_summary.json here.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+repo="/work/.mirror/huggingface+trl/repo"
+ref="v1.16.0"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --repo) repo="$2"; shift 2 ;;
+    --ref) ref="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+if ! git -C "$repo" cat-file -e "$ref:tests/test_grpo_trainer.py" 2>/dev/null; then
+  echo "error: $repo has no tests/test_grpo_trainer.py at ref '$ref'; pass --repo DIR and --ref TAG_OR_COMMIT" >&2
+  exit 2
+fi
+work="$(mktemp -d -t trl-grpo-tests-XXXXXX)"
+mkdir -p "$work/tests"
+for f in __init__.py testing_utils.py testing_constants.py test_grpo_trainer.py; do
+  git -C "$repo" show "$ref:tests/$f" > "$work/tests/$f" 2>/dev/null || true
+done
+cp "$here/tests/trl_compat/trl_conftest.py" "$work/tests/conftest.py"
+echo "TRL tests from $repo at $ref ($(git -C "$repo" rev-parse --short "$ref")); installed trl $("$here/.venv/bin/python" -c 'import trl; print(trl.__version__)'); work dir $work"
+cd "$work"
+set +e
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$work" \
+  -o addopts="" tests/test_grpo_trainer.py "$@" > "$work/pytest.log" 2>&1
+status=$?
+set -e
+tail -n 3 "$work/pytest.log"
+cp "$work/trl_compat_summary.json" "$here/trl_compat_summary.json"
+"$here/.venv/bin/python" - "$here/trl_compat_summary.json" <<'PY'
+import json, sys
+summary = json.load(open(sys.argv[1]))
+print("counts:", json.dumps(summary["counts"], sort_keys=True))
+for kind in ("failed", "refused", "offline"):
+    for node, result in summary["tests"].items():
+        if result["outcome"] == kind:
+            print(f"{kind:8s} {node.split('::', 1)[-1]}: {result['message'][:160]}")
+PY
+exit 0
