@@ -256,7 +256,8 @@ class GTPOTrainer(GRPOTrainer):
         # The one forward pass TRL runs too. Entropies come from the same hidden states: at temperature 1
         # (entropy_temperature="model", Sec. 4.2) through a second pass of the LM head only, else TRL's.
         differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
-        with untempered.untempered_entropy(args.untempered_entropy, differentiable) as capture:
+        scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
+        with untempered.untempered_entropy(args.untempered_entropy, differentiable, scored) as capture:
             per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
                 model,
                 input_ids,

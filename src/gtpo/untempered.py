@@ -35,8 +35,9 @@ class Capture:
 class _Kernel:
     """Stands in for `ChunkedLogProbFunction` (same `apply` signature); entropy output at temperature 1."""
 
-    def __init__(self, kernel, capture: Capture, differentiable: bool):
+    def __init__(self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None):
         self.kernel, self.capture, self.differentiable = kernel, capture, differentiable
+        self.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
 
     def apply(self, hidden, weight, bias, targets, temperature, chunk_size, softcap=None, logit_scale=1.0,
               outputs=("log_probs", "entropy")):
@@ -48,28 +49,45 @@ class _Kernel:
         grad = self.differentiable and torch.is_grad_enabled()
         with torch.set_grad_enabled(grad):
             source = hidden if grad else hidden.detach()
+            # Where TRL scores every position (devices without Triton), score only those with a label:
+            # the prompt's positions would be thrown away (their entropy is zeroed by TRL anyway).
+            keep = self.scored if self.scored is not None and self.scored.numel() == hidden.shape[0] else None
+            if keep is not None:
+                keep = keep.to(hidden.device)
+                source, targets = source[keep], targets[keep]
             untempered = self.kernel.apply(source, weight, bias, targets, 1.0, chunk_size, softcap, logit_scale,
                                            ("log_probs", "entropy"))[1]  # (n,)
+            if keep is not None:
+                untempered = untempered.new_zeros(keep.shape).masked_scatter(keep, untempered)  # (N,)
         return (result[0], untempered, *result[2:])
 
 
 @contextlib.contextmanager
-def untempered_entropy(enabled: bool = True, differentiable: bool = False):
+def untempered_entropy(enabled: bool = True, differentiable: bool = False, scored: torch.Tensor | None = None):
     """Within the block, TRL's fused LM head returns temperature-1 entropies (log-probs stay tempered).
 
     Yields a `Capture` whose `sampling` list receives the tempered entropy of each kernel call. With
     ``enabled=False`` nothing is patched (TRL's entropies, those of the sampling distribution).
+    ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the extra
+    pass skips the others where TRL's kernel runs over every position.
     """
     capture = Capture()
     if not enabled:
         yield capture
         return
     original = getattr(trl_utils, KERNEL_NAME)
-    setattr(trl_utils, KERNEL_NAME, _Kernel(original, capture, differentiable))
+    setattr(trl_utils, KERNEL_NAME, _Kernel(original, capture, differentiable, scored))
     try:
         yield capture
     finally:
         setattr(trl_utils, KERNEL_NAME, original)
+
+
+def scored_positions(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """(B, L-1) bool: the shifted positions TRL's fused forward scores (label != -100)."""
+    scored = attention_mask[:, 1:].bool().clone()  # (B, L-1) label != -100 after the shift
+    scored[:, : attention_mask.shape[1] - 1 - logits_to_keep] = False  # prompt labels are -100
+    return scored
 
 
 def completion_layout(flat: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
@@ -80,8 +98,7 @@ def completion_layout(flat: torch.Tensor, attention_mask: torch.Tensor, logits_t
     ``(B, L - 1)`` (elsewhere); this undoes either layout exactly as TRL does for its own outputs.
     """
     batch, length = attention_mask.shape
-    scored = attention_mask[:, 1:].bool().clone()  # (B, L-1) label != -100 after the shift
-    scored[:, : length - 1 - logits_to_keep] = False  # prompt labels are -100
+    scored = scored_positions(attention_mask, logits_to_keep)  # (B, L-1)
     if flat.numel() == scored.numel():
         full = flat.reshape(batch, length - 1).masked_fill(~scored, 0)  # (B, L-1)
     elif flat.numel() == int(scored.sum()):
