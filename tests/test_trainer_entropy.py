@@ -79,34 +79,43 @@ def test_sampling_option_keeps_the_entropy_of_the_tempered_distribution(tmp_path
     assert log["entropy"] == pytest.approx(tempered[mask].mean().item(), abs=1e-4)
 
 
-def test_differentiable_entropy_term_gets_the_untempered_entropy_gradient(tmp_path, tiny_model_path):
-    """entropy_term='differentiable': the gradient of γ·mean⟨H⟩ flows through the temperature-1 pass."""
-    from gtpo import untempered
-    from gtpo.trainer import GTPOTrainer
+def test_differentiable_entropy_term_gets_the_untempered_entropy_gradient(tiny_model_path):
+    """entropy_term='differentiable': the gradient of Σ H flows through the temperature-1 pass of the LM head."""
+    from trl.trainer.utils import add_fused_lm_head
 
-    args = GTPOConfig(**settings(tmp_path, temperature=0.7, initial_entropy=1.0))
-    trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
-    model = trainer.model
+    from gtpo import untempered
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))  # as GRPOTrainer patches it
     ids = torch.tensor([[5, 9, 17, 33, 2, 40, 41]])
-    attention = torch.ones_like(ids)
+    labels = ids.clone()
+    labels[:, :-3] = -100  # score the last 3 tokens, as TRL does for a completion
     with untempered.untempered_entropy(True, differentiable=True):
-        _, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, 3, compute_entropy=True)
+        entropy = model(input_ids=ids, labels=labels, fused_lm_head=True).entropy[:, -3:]
     entropy.sum().backward()
     fused = model.lm_head.weight.grad.clone()
     model.zero_grad()
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, -4:-1]  # plain forward, temperature 1
+    logits = model(input_ids=ids).logits[:, -4:-1]  # plain forward, temperature 1
     logp = torch.log_softmax(logits.double(), dim=-1)
     (-(logp.exp() * logp).sum()).backward()
     torch.testing.assert_close(fused.double(), model.lm_head.weight.grad.double(), atol=1e-5, rtol=1e-4)
 
 
-def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tmp_path, tiny_model_path):
+def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tmp_path):
     """A' = A − γ⟨H⟩ (Eq. 7, authors' realization): with γ=0.1 and ⟨H⟩=1, A=0.05 becomes A'=−0.05, so a ratio
     below 1−ε counts as a low clip (the loss clips it as a negative row) and one above 1+ε does not."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
     from gtpo.trainer import GTPOTrainer
 
     args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0, entropy_gamma=0.1))  # ⟨H⟩_ini ≥ ln 2: no filter
-    trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
+    trainer = SimpleNamespace(  # the attributes the two methods read, on one process
+        args=args, initial_entropy=1.0, epsilon_low=0.2, epsilon_high=0.2, _metrics={"train": defaultdict(list)},
+        accelerator=SimpleNamespace(reduce=lambda t, reduction: t, gather=lambda t: t),
+    )
+    trainer._loss_advantages = GTPOTrainer._loss_advantages.__get__(trainer)
+    trainer._log_metrics = GTPOTrainer._log_metrics.__get__(trainer)
     advantages = torch.tensor([0.05, 0.05, -1.0, 0.5])
     mask = torch.ones(4, 3, dtype=torch.long)
     entropies = torch.ones(4, 3)

@@ -88,19 +88,20 @@ def _expected(model_path, rollout, only_finished: bool) -> float:
     return sum(values) / len(values)
 
 
-@pytest.mark.parametrize("mask_truncated", [False, True])
-def test_initial_entropy_goes_through_rollout_func_and_masks_truncated_completions(
-    tmp_path, sharp_model, mask_truncated
-):
-    trainer, rollout = _measure(sharp_model, tmp_path, temperature=0.7, mask_truncated_completions=mask_truncated)
+def test_initial_entropy_goes_through_rollout_func_and_masks_truncated_completions(tmp_path, sharp_model):
+    trainer, rollout = _measure(sharp_model, tmp_path, temperature=0.7, mask_truncated_completions=True)
     assert rollout.calls == 2 and len(rollout.rows) == 6  # 6 prompts in chunks of 4, one completion each
     assert sum(finished for *_, finished in rollout.rows) == 3
-    assert trainer.initial_entropy == pytest.approx(_expected(sharp_model, rollout, mask_truncated), abs=1e-4)
-    # The control: with 3 of 6 completions truncated, masking them changes the value.
-    other = _expected(sharp_model, rollout, not mask_truncated)
-    assert abs(trainer.initial_entropy - other) > 1e-3
+    masked = trainer.initial_entropy
+    assert masked == pytest.approx(_expected(sharp_model, rollout, only_finished=True), abs=1e-4)
     assert trainer._metrics["eval"] == {} and trainer._metrics["train"] == {}  # generation metrics discarded
     assert trainer.num_generations == 4
+    # The same rollout with mask_truncated_completions off: every completion counts, and the value differs.
+    trainer.mask_truncated_completions, rollout.rows = False, []
+    trainer._measure_initial_entropy()
+    assert rollout.calls == 4
+    assert trainer.initial_entropy == pytest.approx(_expected(sharp_model, rollout, only_finished=False), abs=1e-4)
+    assert abs(trainer.initial_entropy - masked) > 1e-3
 
 
 def test_initial_entropy_is_measured_in_eval_mode_without_dropout_and_train_mode_is_restored(tmp_path, sharp_model):
