@@ -32,7 +32,7 @@ cp "$here/tests/trl_compat/trl_conftest.py" "$work/tests/conftest.py"
 echo "TRL tests from $repo at $ref ($(git -C "$repo" rev-parse --short "$ref")); installed trl $("$here/.venv/bin/python" -c 'import trl; print(trl.__version__)'); work dir $work"
 cd "$work"
 set +e
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$work" \
+GTPO_REPO="$here" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$work" \
   -o addopts="" tests/test_grpo_trainer.py "$@" > "$work/pytest.log" 2>&1
 status=$?
 set -e

@@ -6,7 +6,8 @@ Copied by `scripts/run_trl_grpo_tests.sh` beside TRL's test file (never committe
   imports them: the one-line swap, with every default of GTPOConfig (algorithm gtpo, loss_type grpo, ⟨H⟩_ini
   measured);
 - serves the hub ids the tests use most from a local cache built from configs (tiny Qwen2 causal LM and
-  sequence classifier, with gtpo's tiny tokenizer) and the `trl-internal-testing/zen` prompt-only datasets;
+  sequence classifier with gtpo's tiny tokenizer, a tiny Gemma3 VLM) and the `trl-internal-testing/zen` and
+  `zen-image` prompt-only datasets;
   anything else the tests ask the hub for fails as "offline";
 - sorts each test into passed / refused (a GTPO refusal message) / offline (a hub id not built here) /
   failed / skipped, and writes `trl_compat_summary.json` in the working directory.
@@ -30,6 +31,7 @@ os.environ["HF_HUB_CACHE"] = str(_CACHE / "hub")
 import datasets  # noqa: E402
 import pytest  # noqa: E402
 
+GEMMA3 = "trl-internal-testing/tiny-Gemma3ForConditionalGeneration"
 CAUSAL = "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5"
 CLASSIFIER = "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5"
 _REVISION = "0" * 40
@@ -70,12 +72,34 @@ def _build_models() -> None:
         model.config._name_or_path = repo_id
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
+    # A tiny Gemma3 vision-language model (tests/scripts/tiny_vlm.py in the gtpo checkout named by GTPO_REPO).
+    target = _snapshot(GEMMA3)
+    if os.environ.get("GTPO_REPO") and not (target / "config.json").is_file():
+        import sys
+
+        sys.path.insert(0, str(Path(os.environ["GTPO_REPO"]) / "tests" / "scripts"))
+        from tiny_vlm import build_tiny_gemma3
+
+        build_tiny_gemma3(target)
 
 
 _build_models()
 
 # --- the zen prompt-only datasets ---------------------------------------------------------------------
 _real_load_dataset = datasets.load_dataset
+
+
+def _zen_image(config_name: str, split: str):
+    import numpy as np
+    from PIL import Image
+
+    if config_name != "conversational_prompt_only":
+        raise FileNotFoundError(f"offline: zen-image config {config_name!r} is not built by tests/trl_compat")
+    prompts = _PROMPTS if split == "train" else _PROMPTS[:3]
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray((rng.random((32, 32, 3)) * 255).astype("uint8")) for _ in prompts]
+    messages = [[{"role": "user", "content": f"What is in the image? {p}"}] for p in prompts]
+    return datasets.Dataset.from_dict({"prompt": messages, "image": images})
 
 
 def _zen(config_name: str, split: str):
@@ -88,13 +112,15 @@ def _zen(config_name: str, split: str):
 
 
 def _load_dataset(path, name=None, *args, split=None, streaming=False, **kwargs):
-    if path != "trl-internal-testing/zen":
+    builders = {"trl-internal-testing/zen": _zen, "trl-internal-testing/zen-image": _zen_image}
+    if path not in builders:
         return _real_load_dataset(path, name, *args, split=split, streaming=streaming, **kwargs)
+    build = builders[path]
     if split is None:
-        parts = {s: _zen(name, s) for s in ("train", "test")}
+        parts = {s: build(name, s) for s in ("train", "test")}
         return datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in parts.items()}) if streaming \
             else datasets.DatasetDict(parts)
-    data = _zen(name, split)
+    data = build(name, split)
     return data.to_iterable_dataset() if streaming else data
 
 
