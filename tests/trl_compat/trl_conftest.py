@@ -142,8 +142,9 @@ for _name in ("is_harbor_available", "is_jmespath_available", "is_joblib_availab
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
 
-trl.GRPOConfig = GTPOConfig
-trl.GRPOTrainer = GTPOTrainer
+if os.environ.get("GTPO_TRL_COMPAT_BASELINE") != "1":  # baseline: TRL's own trainer, same offline set-up
+    trl.GRPOConfig = GTPOConfig
+    trl.GRPOTrainer = GTPOTrainer
 
 # --- outcome classes ------------------------------------------------------------------------------------
 _REFUSAL = re.compile(r"algorithm='gtpo'|algorithm='grpo'|with algorithm=|GTPOConfig\.|GTPO has no KL")
