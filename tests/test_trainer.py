@@ -511,11 +511,11 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
     prompts = list(range(5))
     reduced = []
     assert entropy_init.measure_initial_entropy(fake_trainer(0, 1, reduced), prompts) == pytest.approx(2.0)
-    assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0]]
+    assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0] * 2]  # [Σ, count] kept, then non-empty (the same here)
     reduced = []
     for rank in (0, 1):
         entropy_init.measure_initial_entropy(fake_trainer(rank, 2, reduced), prompts)
-    assert reduced == [[0.5 + 1.5 + 2.5, 3.0], [3.5, 1.0]]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
+    assert reduced == [[0.5 + 1.5 + 2.5, 3.0] * 2, [3.5, 1.0] * 2]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
 
 
 class StopAt(TrainerCallback):

@@ -120,3 +120,24 @@ def test_initial_entropy_is_measured_in_eval_mode_without_dropout_and_train_mode
     with torch.no_grad():  # the control: this model's dropout is live in train mode
         a, b = trainer.model(input_ids=ids).logits, trainer.model(input_ids=ids).logits
     assert (a - b).abs().max() > 1e-4
+
+
+def test_all_completions_truncated_and_masked_falls_back_to_them_with_a_warning(tmp_path, sharp_model, caplog):
+    class AllTruncated(CountingRollout):
+        def __call__(self, prompts, trainer):
+            output = super().__call__(prompts, trainer)
+            eos = self.tokenizer.eos_token_id
+            output["completion_ids"] = [[t for t in ids if t != eos] or [5] for ids in output["completion_ids"]]
+            self.rows = [(p, [t for t in c if t != eos] or [5], False) for p, c, _ in self.rows]
+            return output
+
+    tokenizer = AutoTokenizer.from_pretrained(sharp_model)
+    rollout = AllTruncated(tokenizer)
+    args = GTPOConfig(**settings(tmp_path, initial_entropy_prompts=4, per_device_train_batch_size=4,
+                                 mask_truncated_completions=True))
+    trainer = GTPOTrainer(model=sharp_model, reward_funcs=table_reward, args=args, train_dataset=make_dataset(),
+                          rollout_func=rollout)
+    with caplog.at_level("WARNING", logger="gtpo.entropy_init"):
+        trainer._measure_initial_entropy()
+    assert "every sampled completion was truncated" in caplog.text
+    assert trainer.initial_entropy == pytest.approx(_expected(sharp_model, rollout, only_finished=False), abs=1e-4)

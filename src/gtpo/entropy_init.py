@@ -122,7 +122,9 @@ def measure_initial_entropy(trainer, rows: list) -> float:
     stop_ids = [*trainer.eos_token_ids, pad_id]
     untempered_on = bool(getattr(trainer.args, "untempered_entropy", False))
 
-    total = torch.zeros(2, device=device, dtype=torch.float64)  # [Σ ⟨H⟩_i, count]
+    # [Σ ⟨H⟩_i, count] over the completions that count, then the same over every non-empty completion: the
+    # fallback when mask_truncated_completions masks them all (then the loss is 0 too, but Eq. 6 needs a value).
+    total = torch.zeros(4, device=device, dtype=torch.float64)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), _measuring(trainer):
         for start in range(0, per_rank, chunk):
@@ -148,8 +150,9 @@ def measure_initial_entropy(trainer, rows: list) -> float:
             # An empty completion has no ⟨H⟩_i; a truncated one is masked out when TRL masks it for the loss.
             kept = [len(ids) > 0 and not (trainer.mask_truncated_completions and ids[-1] not in stop_ids)
                     for ids in completion_ids]
+            # Every non-empty completion is scored (the fallback below needs the truncated ones); `kept` weighs.
             c_mask = pad(
-                [torch.full((max(len(ids), 1),), int(keep)) for ids, keep in zip(completion_ids, kept)],
+                [torch.full((max(len(ids), 1),), int(len(ids) > 0)) for ids in completion_ids],
                 padding_value=0,
                 padding_side="right",
             ).to(device)
@@ -170,12 +173,19 @@ def measure_initial_entropy(trainer, rows: list) -> float:
             mean_h = core.mean_completion_entropy(entropies.float(), c_mask)  # (B,)
             weight = torch.tensor([float(i < n) for i in batch_idx for _ in range(per_prompt)],
                                   device=device, dtype=torch.float64)
+            nonempty = weight * torch.tensor([len(ids) > 0 for ids in completion_ids], device=device,
+                                             dtype=torch.float64)
             weight = weight * torch.tensor(kept, device=device, dtype=torch.float64)
-            total += torch.stack([(mean_h.double() * weight).sum(), weight.sum()])
+            total += torch.stack([(mean_h.double() * weight).sum(), weight.sum(),
+                                  (mean_h.double() * nonempty).sum(), nonempty.sum()])
     total = accelerator.reduce(total, reduction="sum")
+    if total[1] == 0 and total[3] > 0:
+        logger.warning("⟨H⟩_ini: every sampled completion was truncated and mask_truncated_completions masks them; "
+                       "measured over the %d truncated completions instead (raise max_completion_length, or set "
+                       "GTPOConfig.initial_entropy)", int(total[3]))
+        return float(total[2] / total[3])
     if total[1] == 0:
-        raise ValueError("cannot measure ⟨H⟩_ini: every sampled completion was empty or truncated (masked by "
-                         "mask_truncated_completions); raise max_completion_length or set GTPOConfig.initial_entropy.")
+        raise ValueError("cannot measure ⟨H⟩_ini: every sampled completion was empty; set GTPOConfig.initial_entropy.")
     return float(total[0] / total[1])
 
 

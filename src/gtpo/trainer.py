@@ -114,11 +114,6 @@ class GTPOTrainer(GRPOTrainer):
         if environment_factory is None:
             _require_prompt_column(train_dataset, "train_dataset")
             _require_prompt_column(eval_dataset, "eval_dataset")
-        if args.needs_initial_entropy and args.initial_entropy is None and _is_empty(train_dataset):
-            raise ValueError(
-                "entropy_filter='auto' measures ⟨H⟩_ini (Eq. 6) on the first training prompts, but there is no "
-                "train_dataset (or it is empty); set GTPOConfig.initial_entropy, or entropy_filter to another mode"
-            )
         super().__init__(
             model=model,
             reward_funcs=_guard_reward_funcs(reward_funcs),
@@ -135,6 +130,12 @@ class GTPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
+        # After TRL's own checks (a missing train_dataset is TRL's error first, with TRL's message).
+        if args.needs_initial_entropy and args.initial_entropy is None and _is_empty(train_dataset):
+            raise ValueError(
+                "entropy_filter='auto' measures ⟨H⟩_ini (Eq. 6) on the first training prompts, but there is no "
+                "train_dataset (or it is empty); set GTPOConfig.initial_entropy, or entropy_filter to another mode"
+            )
         # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
         self.initial_entropy: float | None = args.initial_entropy
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None

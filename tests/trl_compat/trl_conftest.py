@@ -36,11 +36,15 @@ CAUSAL = "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5"
 CLASSIFIER = "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5"
 _REVISION = "0" * 40
 
+# Prompt prefixes of the Zen of Python, in the order of TRL's `zen` prompt-only dataset (its tests assert them);
+# split as its generator does: train_test_split(test_size=0.1, shuffle=False) -> 17 train, 2 test rows.
 _PROMPTS = [
-    "The sky is", "The sun rises in the", "Water boils at", "The capital of France is", "Two plus two is",
-    "A week has", "The opposite of hot is", "Cats like to", "The first month is", "Bees make",
-    "The largest ocean is the", "Ice is made of", "A triangle has", "Roses are", "The moon orbits the",
-    "Fish live in", "Snow is",
+    "Beautiful is better than", "Explicit is", "Simple is better", "Complex", "Flat is better than",
+    "Sparse is better", "Readability", "Special cases aren't special", "Although practicality beats",
+    "Errors should never", "Unless explicitly", "In the face of ambiguity, refuse",
+    "There should be one-- and preferably", "Although that way may not be obvious at first unless you're", "Now is",
+    "Although never is often", "If the implementation is hard to explain,", "If the implementation is easy",
+    "Namespaces are one honking great",
 ]
 
 
@@ -95,7 +99,7 @@ def _zen_image(config_name: str, split: str):
 
     if config_name != "conversational_prompt_only":
         raise FileNotFoundError(f"offline: zen-image config {config_name!r} is not built by tests/trl_compat")
-    prompts = _PROMPTS if split == "train" else _PROMPTS[:3]
+    prompts = _PROMPTS[:17] if split == "train" else _PROMPTS[17:]
     rng = np.random.default_rng(0)
     images = [Image.fromarray((rng.random((32, 32, 3)) * 255).astype("uint8")) for _ in prompts]
     messages = [[{"role": "user", "content": f"What is in the image? {p}"}] for p in prompts]
@@ -103,7 +107,7 @@ def _zen_image(config_name: str, split: str):
 
 
 def _zen(config_name: str, split: str):
-    prompts = _PROMPTS if split == "train" else _PROMPTS[:3]
+    prompts = _PROMPTS[:17] if split == "train" else _PROMPTS[17:]
     if config_name == "standard_prompt_only":
         return datasets.Dataset.from_dict({"prompt": prompts})
     if config_name == "conversational_prompt_only":
