@@ -464,6 +464,7 @@ def test_metrics_on_a_hand_worked_group():
         "gtpo/filtered_frac": 2 / 4,  # rows 1 and 3 have ⟨H⟩ > ln 2
         "gtpo/mean_entropy": (0.2 + 1.0 + 0.5 + 0.9) / 4,
         "gtpo/mean_lambda": (3 + 1 + 3 + 0 + 1 + 0 + 3 + 2) / 11,
+        "gtpo/sign_flipped_frac": 0.0,  # γ = 0: A' = δ·A never changes a sign
     }
     assert set(m) == set(expected)
     for key, value in expected.items():
@@ -527,7 +528,6 @@ S = torch.zeros(2, 3, dtype=torch.bool)
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(aggregation="token"), "unknown aggregation 'token'; valid: reference, sequence"),
         (dict(entropy_filter="sometimes"), "unknown entropy_filter mode 'sometimes'; valid: always, auto, negative_only, never"),
         (dict(entropy_term="bonus"), "unknown entropy_term 'bonus'; valid: advantage, differentiable, none"),
         (dict(combine="max"), "unknown combine mode 'max'"),
@@ -598,6 +598,9 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
                                   old_per_token_logps=logps.detach() * 0.9, entropy_filter="auto",
                                   initial_entropy=0.5, entropy_term=term, aggregation="reference")
         loss.backward()
+    loss, _ = gtpo_loss(logps, mask, adv, token_entropy=ent.detach(), entropy_filter="never", aggregation="dapo",
+                        token_normalizer=mask.sum() / 2, group_size=6)  # a tensor normalizer stays on device
+    loss.backward()
 
 
 @pytest.mark.gpu

@@ -25,6 +25,8 @@ __all__ = [
     "ENTROPY_TERMS",
     "LN2",
     "ADVANTAGE_SCALES",
+    "ZERO_ADVANTAGE_RTOL",
+    "advantage_signs",
     "conflict_spans",
     "conflict_weights",
     "entropy_keep_mask",
@@ -48,6 +50,8 @@ _SPAN_CHUNK_BYTES_DEFAULT = 1 << 26
 # vectorized); above it by sorting each position's G keys (O(G log G)). Measured crossover: between
 # G=32 (pairs 2x faster) and G=64 (sorting up to 1.3x faster), benchmarks/bench_conflict.py.
 _PAIRWISE_MAX_GROUP = 32
+ZERO_ADVANTAGE_RTOL = 1e-6
+"""|A_i| ≤ 1e-6·max(1, max_{j∈g} |A_j|) counts as A_i = 0 (`advantage_signs`): about 8 float32 ulps of 1."""
 # Work bound for `token_entropy`: logits (float32) processed per chunk, about 256 MiB per temporary.
 _ENTROPY_CHUNK_ELEMS = 1 << 26
 
@@ -146,8 +150,7 @@ def validate_group_batch(completion_ids: Tensor, completion_mask: Tensor, advant
         raise ValueError(f"completion_ids must be an (N, T) tensor, got {shape}")
     if completion_ids.is_floating_point() or completion_ids.is_complex() or completion_ids.dtype == torch.bool:
         raise ValueError(f"completion_ids must hold integer token ids, got dtype {completion_ids.dtype}")
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int (completions per prompt), got {group_size!r}")
+    _check_group_size(group_size)
     n = completion_ids.shape[0]
     if n % group_size != 0:
         raise ValueError(
@@ -159,6 +162,54 @@ def validate_group_batch(completion_ids: Tensor, completion_mask: Tensor, advant
     checks.append(((completion_ids < 0).any(), lambda: "completion_ids must be non-negative token ids"))
     _raise_if_any(checks)
     return valid
+
+
+def advantage_signs(advantages: Tensor, group_size: int) -> Tensor:
+    """Sign of each advantage, 0 where it is zero up to float rounding; every sign test in GTPO uses it.
+
+    A_i counts as 0 when |A_i| ≤ tol_g = ZERO_ADVANTAGE_RTOL · max(1, max_{j∈g} |A_j|), g the group of
+    row i (rows g*G .. g*G+G-1), computed in float32 or wider. Why: a completion whose reward equals its
+    group's mean should get A = 0, but (R − mean)/(std + 1e-4) in float32 leaves a few ulps: with
+    partial-credit rewards on a 0.1 grid and G = 8, A = ±1e-7 in about a third of random groups. With an
+    arbitrary sign such a row would take part in conflict detection (Sec. 5.1) and change λ of others.
+    1e-6 is about 8 float32 ulps of 1 (group-normalized advantages are O(1)); scaling with the group's
+    largest |A| keeps the margin for unnormalized advantages (``scale="none"``) and large G. A genuine
+    advantage is zeroed only if it is below a millionth of the group's largest one (or of 1). Limits: with
+    ``scale="none"``, rewards far larger than their spread (e.g. 100.0 vs 100.1) round by more than tol_g.
+
+    Args:
+        advantages: (N,) finite float advantages.
+        group_size: G ≥ 1 with N a multiple of G. G = 1 makes each row its own group: |A_i| ≤ 1e-6 is 0
+            (what functions that see no whole groups use when not given a group size).
+
+    Returns:
+        (N,) int8 in {-1, 0, 1}, on the advantages' device.
+
+    Raises:
+        ValueError: on a bad shape, dtype, group size or non-finite advantages (one device→host sync).
+
+    >>> advantage_signs(torch.tensor([1.5, -1.5, 1e-7, -2e-7]), 4).tolist()
+    [1, -1, 0, 0]
+    """
+    check = _check_float_vector(advantages, None, "advantages")
+    _check_group_size(group_size, advantages.shape[0], "advantages")
+    _raise_if_any([check])
+    return _signs(advantages, group_size)  # (N,)
+
+
+def _check_group_size(group_size, n: int | None = None, what: str = "rows") -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int (completions per prompt), got {group_size!r}")
+    if n is not None and n % group_size != 0:
+        raise ValueError(f"N={n} {what} is not a multiple of group_size={group_size}")
+
+
+def _signs(advantages: Tensor, group_size: int) -> Tensor:
+    a = advantages.detach().to(torch.promote_types(advantages.dtype, torch.float32))  # (N,)
+    grouped = a.view(-1, group_size).abs()  # (n_groups, G)
+    tol = ZERO_ADVANTAGE_RTOL * grouped.amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1) tol_g
+    zero = (grouped <= tol).view(-1)  # (N,)
+    return torch.where(zero, 0.0, torch.sign(a)).to(torch.int8)  # (N,)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -224,14 +275,14 @@ def conflict_spans(
     in a completion with A>0 and in one with A<0 of the same group; a *backward conflict* at offset r
     counts positions from each completion's own last valid token (``|o_i| - 1 - r``). The forward span
     is the run of forward conflicts starting at the first valid token, the backward span the run of
-    backward conflicts ending at the last valid token (M^fw and M^bw). Rows with A=0, padding and empty
-    completions are never in a span. Validity comes from ``completion_mask`` only, never from a pad id
+    backward conflicts ending at the last valid token (M^fw and M^bw). Rows with A=0 (up to rounding:
+    `advantage_signs`, |A_i| ≤ 1e-6·max(1, max_g |A|)), padding and empty completions are never in a span. Validity comes from ``completion_mask`` only, never from a pad id
     (the pad is often EOS, and EOS is a genuine conflict token). Cost does not depend on vocabulary size.
 
     Args:
         completion_ids: (N, T) integer token ids.
         completion_mask: (N, T) bool or 0/1, right-padded (each row's valid tokens first, as in TRL).
-        advantages: (N,) float advantages; only their signs are used.
+        advantages: (N,) float advantages; only their signs (`advantage_signs`) are used.
         group_size: G, completions per prompt; rows g*G .. g*G+G-1 form group g.
 
     Returns:
@@ -253,8 +304,9 @@ def conflict_spans(
     lengths = valid.sum(dim=-1)  # (N,) |o_i|
 
     # Keys 2v (A>0), 2v+1 (A<0), -1 (A=0 or padding): see _aligned_conflicts.
-    sign_bit = (advantages < 0).long().unsqueeze(-1)  # (N, 1)
-    takes_part = valid & (advantages != 0).unsqueeze(-1)  # (N, T)
+    signs = _signs(advantages, group_size)  # (N,) zero up to rounding -> 0, the one sign rule
+    sign_bit = (signs < 0).long().unsqueeze(-1)  # (N, 1)
+    takes_part = valid & (signs != 0).unsqueeze(-1)  # (N, T)
     fw_keys = torch.where(takes_part, 2 * ids + sign_bit, -1)  # (N, T)
     # Backward alignment: offset r reads position |o_i| - 1 - r. With right padding, offset r is valid
     # exactly where position r is, so `takes_part` masks both layouts.
@@ -272,7 +324,9 @@ def conflict_spans(
 
 
 def _signed_weight(span: Tensor, advantages: Tensor, positive_weight: float) -> Tensor:
-    """Eq. (5) on one mask: 1 outside span; inside 0 (A<0), positive_weight (A>0), 1 (A=0)."""
+    """Eq. (5) on one mask: 1 outside span; inside 0 (A<0), positive_weight (A>0), 1 (A=0).
+
+    Callers pass `advantage_signs` (as floats), so A zero up to rounding counts as 0 here too."""
     a = advantages.unsqueeze(-1)  # (N, 1)
     one = torch.ones((), dtype=advantages.dtype, device=advantages.device)
     inside = torch.where(a > 0, positive_weight, torch.where(a < 0, 0.0, one))  # (N, 1)
@@ -303,6 +357,8 @@ def conflict_weights(
     advantages: Tensor,
     positive_weight: float = 2.0,
     combine: str = "union",
+    *,
+    group_size: int = 1,
 ) -> Tensor:
     """Token weights λ_{i,t} of Eq. (5)/(21) from the conflict spans.
 
@@ -317,6 +373,7 @@ def conflict_weights(
         positive_weight: λ inside a span of a positive completion (the paper's 2).
         combine: ``"union"`` (text: M = M^fw ∨ M^bw) or ``"product"`` (authors' code: forward and
             backward weight masks multiplied, so positive_weight² where a positive token is in both).
+        group_size: G for `advantage_signs` (A zero up to rounding counts as 0); 1: each row alone.
 
     Returns:
         (N, T) λ in the dtype of ``advantages``.
@@ -333,8 +390,10 @@ def conflict_weights(
     if forward.shape != backward.shape:
         raise ValueError(f"forward {tuple(forward.shape)} and backward {tuple(backward.shape)} spans differ in shape")
     _check_weight(positive_weight)
+    _check_group_size(group_size, forward.shape[0])
     _raise_if_any([_check_float_vector(advantages, forward.shape[0], "advantages")])
-    return fn(forward, backward, advantages, float(positive_weight))  # (N, T)
+    signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
+    return fn(forward, backward, signs, float(positive_weight))  # (N, T)
 
 
 def _check_weight(positive_weight) -> None:
@@ -418,7 +477,7 @@ def _keep_always(low: Tensor, advantages: Tensor, initial_entropy) -> Tensor:
 
 
 def _keep_negative_only(low: Tensor, advantages: Tensor, initial_entropy) -> Tensor:
-    return low | (advantages >= 0)  # (N,) App. 13 "OnlyNeg": only A<0 completions are filtered
+    return low | (advantages >= 0)  # (N,) App. 13 "OnlyNeg": only A<0 completions (by advantage_signs) filtered
 
 
 def _keep_auto(low: Tensor, advantages: Tensor, initial_entropy) -> Tensor:
@@ -460,6 +519,7 @@ def entropy_keep_mask(
     mode: str,
     threshold: float = LN2,
     initial_entropy: float | Tensor | None = None,
+    group_size: int = 1,
 ) -> Tensor:
     """The completion filter δ_i of Eq. (6): True where a completion keeps its advantage.
 
@@ -479,6 +539,7 @@ def entropy_keep_mask(
         mode: one of `ENTROPY_FILTERS`.
         threshold: ⟨H⟩_i threshold in nats (ln 2 by default; the authors used 0.7, and 1.02–1.05 for Qwen).
         initial_entropy: ⟨H⟩_ini in nats, float or 0-d tensor (``auto`` only).
+        group_size: G for `advantage_signs` (``negative_only``: A<0 up to rounding); 1: each row alone.
 
     Returns:
         (N,) bool δ_i.
@@ -487,13 +548,14 @@ def entropy_keep_mask(
     _check_number(threshold, "entropy threshold")
     if not isinstance(mean_entropy, Tensor) or mean_entropy.dim() != 1:
         raise ValueError("mean_entropy must be an (N,) tensor (see mean_completion_entropy())")
+    _check_group_size(group_size, mean_entropy.shape[0])
     _raise_if_any([_check_float_vector(advantages, mean_entropy.shape[0], "advantages")])
-    return _keep(mean_entropy, advantages, fn, threshold, initial_entropy)  # (N,)
+    return _keep(mean_entropy, _signs(advantages, group_size), fn, threshold, initial_entropy)  # (N,)
 
 
-def _keep(mean_entropy: Tensor, advantages: Tensor, mode_fn, threshold: float, initial_entropy) -> Tensor:
+def _keep(mean_entropy: Tensor, signs: Tensor, mode_fn, threshold: float, initial_entropy) -> Tensor:
     low = mean_entropy.detach() <= threshold  # (N,) equality keeps (Eq. 6 row 3); nan is never low
-    return mode_fn(low, advantages, initial_entropy)  # (N,)
+    return mode_fn(low, signs, initial_entropy)  # (N,) signs from `advantage_signs`
 
 
 def _check_number(value, name: str) -> None:
@@ -573,23 +635,77 @@ def group_advantages(rewards: Tensor, group_size: int, *, scale: str = "group") 
     return centered.reshape(-1)  # (N,)
 
 
-def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor) -> Tensor:
+# Aggregations: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> ().
+# Only the normalization differs; λ, δ and the entropy shift are already in token_loss.
+
+
+def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Eq. (7): token mean per completion, then mean over completions (= TRL's loss_type="grpo").
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
     return per_completion.sum() / max(per_completion.shape[0], 1)  # ()
 
 
-def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor) -> Tensor:
+def _aggregate_bnpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "bnpo": token mean over the micro-batch's valid tokens.
+    return token_loss.sum() / valid.sum().clamp(min=1)  # ()
+
+
+def _aggregate_dr_grpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dr_grpo" (Dr. GRPO): a constant normalizer, rows × max_completion_length.
+    return token_loss.sum() / (token_loss.shape[0] * normalizer)  # ()
+
+
+def _aggregate_dapo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dapo": token sum over the valid tokens of the whole global batch per rank (num_items_in_batch
+    # / num_processes), so micro-batches and ranks add up to one token mean over the batch.
+    return token_loss.sum() / normalizer  # ()
+
+
+def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Authors' code (Listing 3): each completion's token mean / max(#conflict positions, 1), summed.
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
     return (per_completion / n_conflict.clamp(min=1)).sum()  # ()
 
 
-AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
     "sequence": _aggregate_sequence,
+    "grpo": _aggregate_sequence,
+    "bnpo": _aggregate_bnpo,
+    "dr_grpo": _aggregate_dr_grpo,
+    "dapo": _aggregate_dapo,
     "reference": _aggregate_reference,
 }
-"""Loss aggregation: ``sequence`` (Eq. 7) or ``reference`` (authors' code)."""
+"""Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
+normalizations, or ``reference`` (authors' code). docs/core.md gives each formula."""
+
+
+def _aggregation_normalizer(aggregation: str, max_completion_length, token_normalizer):
+    """The one extra number an aggregation needs (static checks) and its deferred device check, if any."""
+    if aggregation != "dr_grpo" and max_completion_length is not None:
+        raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
+    if aggregation != "dapo" and token_normalizer is not None:
+        raise ValueError(f"token_normalizer is used only by aggregation='dapo', not {aggregation!r}")
+    if aggregation == "dr_grpo":
+        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1:
+            raise ValueError(
+                "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length=<int >= 1> "
+                f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
+            )
+        return max_completion_length, None
+    if aggregation != "dapo":
+        return None, None
+    hint = ("aggregation='dapo' divides by the valid tokens of the whole global batch per rank: pass "
+            "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)")
+    if isinstance(token_normalizer, Tensor):
+        if token_normalizer.numel() != 1 or token_normalizer.is_complex():
+            raise ValueError(f"{hint}, got a tensor of shape {tuple(token_normalizer.shape)}")
+        value = token_normalizer.detach().reshape(()).float()  # () stays on its device
+        return value, (~(torch.isfinite(value) & (value > 0)), lambda: f"{hint}, got {value.item()!r}")
+    if isinstance(token_normalizer, bool) or not isinstance(token_normalizer, (int, float)) or not (
+        math.isfinite(token_normalizer) and token_normalizer > 0
+    ):
+        raise ValueError(f"{hint}, got {token_normalizer!r}")
+    return float(token_normalizer), None
 
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 """How −γ⟨H⟩_i enters: advantage shift (authors' code), differentiable +γ·mean⟨H⟩ term, or not at all."""
@@ -615,6 +731,9 @@ def gtpo_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
     importance_weights: Tensor | None = None,
+    group_size: int = 1,
+    max_completion_length: int | None = None,
+    token_normalizer: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with the variants of the authors' code.
 
@@ -629,9 +748,12 @@ def gtpo_loss(
     3. ``entropy_term="advantage"``: A' = δ·(A − γ⟨H⟩.detach()) (`shift_advantages`); otherwise
        A' = δ·A, and ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i (with gradient, over all N rows,
        not gated by δ, as Eq. 7 is written).
-    4. Aggregation ``sequence``: mean over completions of each completion's token mean (Eq. 7);
-       ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1) (Listing 3; positions counted as
-       |M^fw ∪ M^bw|, where Listing 2's OR of a still-reversed backward mask counts max(|M^fw|, |M^bw|)).
+    4. Aggregation of ℓ (only the normalization differs; TRL 1.16's ``_compute_loss`` formulas):
+       ``sequence`` = ``grpo``: mean over completions of each completion's token mean (Eq. 7);
+       ``bnpo``: Σ ℓ / Σ valid tokens of the micro-batch; ``dr_grpo``: Σ ℓ / (N·max_completion_length);
+       ``dapo``: Σ ℓ / token_normalizer; ``reference``: Σ_i token-mean_i / max(|conflict positions_i|, 1)
+       (Listing 3; positions counted as |M^fw ∪ M^bw|, where Listing 2's OR of a still-reversed backward
+       mask counts max(|M^fw|, |M^bw|)).
 
     Args:
         per_token_logps: (N, T) log π_θ of the sampled tokens (float32 or bfloat16; math in float32).
@@ -649,6 +771,13 @@ def gtpo_loss(
         importance_weights: (N, T) or (N, 1) non-negative weights that multiply each token's loss,
             detached: TRL's vLLM importance-sampling correction π_θold/π_vLLM (truncated or masked),
             applied exactly where TRL's GRPO loss applies it, after clipping and λ.
+        max_completion_length: ``dr_grpo`` only (required there): the generation length limit.
+        token_normalizer: ``dapo`` only (required there): float or 1-element tensor > 0, the valid tokens
+            of the whole global batch divided by the number of processes (TRL's ``num_items_in_batch /
+            num_processes``); the caller rescales to its accumulation window as TRL does.
+        group_size: G when the rows are whole groups, for `advantage_signs` (λ's signs, ``negative_only``,
+            the metrics' "A≠0"); the default 1 judges each row alone (|A_i| ≤ 1e-6 is 0), for micro-batches
+            that mix groups (TRL shuffles them). Spans from `conflict_spans` already exclude such rows.
 
     Returns:
         ``(loss, metrics)``: a float32 scalar to minimize, and detached float32 scalars (see
@@ -661,6 +790,9 @@ def gtpo_loss(
         - ``gtpo/filtered_frac``: completions with δ=0 / N.
         - ``gtpo/mean_entropy``: mean ⟨H⟩_i over non-empty completions (only when token_entropy is given).
         - ``gtpo/mean_lambda``: mean λ over valid tokens.
+        - ``gtpo/sign_flipped_frac``: |{i: δ_i=1, A_i>0, A'_i<0}| / |{i: δ_i=1, A_i≠0}|, signs of A by
+          `advantage_signs`: kept completions whose positive advantage the entropy shift A' = A − γ⟨H⟩_i
+          turns negative (λ stays ``positive_weight`` on their spans). 0 unless ``entropy_term="advantage"``.
 
     Raises:
         ValueError: on shapes or dtypes that disagree, non-finite advantages, an unknown mode, or
@@ -705,9 +837,14 @@ def gtpo_loss(
             f"gamma={gamma}: pass token_entropy (see token_entropy()), or switch the entropy parts off with "
             "entropy_filter='never' and gamma=0 (or entropy_term='none')"
         )
+    _check_group_size(group_size, n, "completions")
+    normalizer, normalizer_check = _aggregation_normalizer(aggregation, max_completion_length, token_normalizer)
+    if normalizer_check is not None:
+        checks.append(normalizer_check)
     _raise_if_any(checks)
 
     a = advantages.float()  # (N,) original A_i: the conflict signs come from here
+    signs = _signs(a, group_size).float()  # (N,) in {-1, 0, 1}, zero up to rounding -> 0
     # 1. λ (Eq. 5/21).
     if forward_span is None:
         lam = torch.ones(shape, dtype=torch.float32, device=per_token_logps.device)  # (N, T)
@@ -716,13 +853,13 @@ def gtpo_loss(
     else:
         fw, bw = forward_span & valid, backward_span & valid  # (N, T)
         in_span = fw | bw  # (N, T)
-        lam = COMBINE_MODES[combine](fw, bw, a, float(positive_weight))  # (N, T)
+        lam = COMBINE_MODES[combine](fw, bw, signs, float(positive_weight))  # (N, T)
 
     # 2.–3. ⟨H⟩_i, δ_i and the advantages the policy gradient uses (Eqs. 6–7).
     mean_h = None
     if token_entropy is not None:
         mean_h = _mean_entropy(token_entropy, valid)  # (N,) differentiable
-        keep = _keep(mean_h, a, ENTROPY_FILTERS[entropy_filter], entropy_threshold, initial_entropy)  # (N,) δ_i
+        keep = _keep(mean_h, signs, ENTROPY_FILTERS[entropy_filter], entropy_threshold, initial_entropy)  # (N,) δ_i
     else:
         keep = torch.ones(n, dtype=torch.bool, device=a.device)  # (N,) filter "never"
     if entropy_term == "advantage" and mean_h is not None:
@@ -747,11 +884,13 @@ def gtpo_loss(
         token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
     token_loss = torch.where(valid, token_loss, 0.0)  # (N, T)
     n_conflict = in_span.sum(dim=-1)  # (N,)
-    loss = aggregate(token_loss, valid, n_conflict)  # ()
+    if isinstance(normalizer, Tensor):
+        normalizer = normalizer.to(token_loss.device)
+    loss = aggregate(token_loss, valid, n_conflict, normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
         loss = loss + gamma * mean_h.sum() / max(n, 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
 
-    metrics = _metrics(valid, a, fw, bw, in_span, lam, keep, mean_h)
+    metrics = _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h, a_used)
     return loss, metrics
 
 
@@ -760,9 +899,9 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _metrics(valid, a, fw, bw, in_span, lam, keep, mean_h) -> dict[str, Tensor]:
-    active = (a != 0).unsqueeze(-1)  # (N, 1) rows that take part in conflict detection
-    negative = (a < 0).unsqueeze(-1)  # (N, 1)
+def _metrics(valid, signs, fw, bw, in_span, lam, keep, mean_h, a_used) -> dict[str, Tensor]:
+    active = (signs != 0).unsqueeze(-1)  # (N, 1) rows that take part in conflict detection (advantage_signs)
+    negative = (signs < 0).unsqueeze(-1)  # (N, 1)
     n_active = active.sum()  # ()
     metrics = {
         "gtpo/conflict_token_frac": _ratio((in_span & active).sum(), (valid & active).sum()),
@@ -771,6 +910,8 @@ def _metrics(valid, a, fw, bw, in_span, lam, keep, mean_h) -> dict[str, Tensor]:
         "gtpo/protected_negative_frac": _ratio(((lam == 0) & valid & negative).sum(), (valid & negative).sum()),
         "gtpo/filtered_frac": (~keep).sum().float() / max(keep.numel(), 1),
         "gtpo/mean_lambda": _ratio(torch.where(valid, lam, 0.0).sum(), valid.sum()),
+        # Kept rows whose positive A the shift A' = A − γ⟨H⟩ turns negative, over kept rows with A≠0.
+        "gtpo/sign_flipped_frac": _ratio((keep & (signs > 0) & (a_used < 0)).sum(), (keep & (signs != 0)).sum()),
     }
     if mean_h is not None:
         nonempty = valid.any(dim=-1)  # (N,)
