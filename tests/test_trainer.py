@@ -31,6 +31,7 @@ GTPO_CORE_KEYS = {
     "gtpo/filtered_frac",
     "gtpo/mean_lambda",
     "gtpo/mean_entropy",
+    "gtpo/sign_flipped_frac",
 }
 
 
