@@ -146,9 +146,20 @@ for _name in ("is_harbor_available", "is_jmespath_available", "is_joblib_availab
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
 
-if os.environ.get("GTPO_TRL_COMPAT_BASELINE") != "1":  # baseline: TRL's own trainer, same offline set-up
+if os.environ.get("GTPO_TRL_COMPAT_BASELINE") != "1":
     trl.GRPOConfig = GTPOConfig
     trl.GRPOTrainer = GTPOTrainer
+else:  # baseline: TRL's own trainer, same offline set-up, and bf16 off without an accelerator (as GTPOConfig)
+
+    class _CPUGRPOConfig(trl.GRPOConfig):
+        def __post_init__(self):
+            if self.bf16 is None and not self.fp16 and not torch.accelerator.is_available():
+                self.bf16 = False  # TRL resolves None to True, which transformers refuses on a CPU-only machine
+            super().__post_init__()
+
+    import torch
+
+    trl.GRPOConfig = _CPUGRPOConfig
 
 # --- outcome classes ------------------------------------------------------------------------------------
 _REFUSAL = re.compile(r"algorithm='gtpo'|algorithm='grpo'|with algorithm=|GTPOConfig\.|GTPO has no KL")
