@@ -1,7 +1,7 @@
 """How often the default γ realization (A' = A − γ⟨H⟩_i, ⟨H⟩ detached) updates all-equal-reward groups
 and flips a positive advantage negative, in a short real run.
 
-    python benchmarks/measure_gamma_shift.py --model smollm2 --steps 4 --temperature 0.7
+    python benchmarks/measure_gamma_shift.py --model smollm2 --task synthetic --steps 8 --temperature 0.7
 
 Trains GTPO with its defaults (filter `auto`, γ = 0.1, temperature-1 entropy) and records, for every
 micro-batch the loss sees, each row's TRL advantage A, the advantage the loss uses A' (filter δ and shift),
@@ -22,13 +22,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="smollm2 or tiny")
-    parser.add_argument("--task", default="gsm8k")
-    parser.add_argument("--source", default=str(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
-                                                             "gsm8k", "train.jsonl")))
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    parser.add_argument("--task", default="synthetic", help="synthetic (offline), or gsm8k with --source")
+    parser.add_argument("--source", default=None, help="e.g. ../shared/data/gsm8k/train.jsonl")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8)
-    parser.add_argument("--completion-length", type=int, default=96)
+    parser.add_argument("--completion-length", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.7)
     options = parser.parse_args(argv)
 
@@ -82,6 +81,7 @@ def main(argv=None) -> None:
         num_generations=options.generations, max_completion_length=options.completion_length,
         temperature=options.temperature, max_steps=options.steps, learning_rate=2e-4, initial_entropy_prompts=16,
         logging_steps=1, save_strategy="no", report_to=[], seed=0, disable_tqdm=True, use_cpu=True,
+        gradient_checkpointing=False,
     )
     trainer = Measuring(model=model, reward_funcs=get_reward_funcs(("format", "accuracy")), args=args,
                         train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config)
@@ -91,7 +91,12 @@ def main(argv=None) -> None:
     print(f"groups with all-equal rewards: {rows['equal_groups']}/{rows['groups']}")
     print(f"rows with A=0 that the loss updates (A'≠0): {rows['zero_rows_updated']}/{rows['zero_rows']}")
     print(f"rows with A>0 whose A' < 0 (sign flipped): {rows['flipped']}/{rows['positive']}")
-    print(f"mean gtpo/mean_entropy {sum(log.get('gtpo/mean_entropy', 0) for log in trainer.state.log_history) / max(1, options.steps):.3f}")
+    logs = [log for log in trainer.state.log_history if "gtpo/mean_entropy" in log]
+    print("per step: reward " + " ".join(f"{log['reward']:.2f}" for log in logs) + "; frac_reward_zero_std "
+          + " ".join(f"{log['frac_reward_zero_std']:.2f}" for log in logs) + "; gtpo/mean_entropy "
+          + " ".join(f"{log['gtpo/mean_entropy']:.3f}" for log in logs) + "; entropy (sampling) "
+          + " ".join(f"{log['entropy']:.3f}" for log in logs) + "; gtpo/sign_flipped_frac "
+          + " ".join(f"{log.get('gtpo/sign_flipped_frac', float('nan')):.3f}" for log in logs))
 
 
 if __name__ == "__main__":
