@@ -31,7 +31,7 @@ def build_tiny_gemma3(directory: Path, seed: int = 0) -> Path:
                          sliding_window=64, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.bos_token_id),
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=28, patch_size=7),
+                           image_size=28, patch_size=7, vision_use_head=False),
         mm_tokens_per_image=4, boi_token_index=tokenizer.boi_token_id, image_token_index=tokenizer.image_token_id,
         eoi_token_index=tokenizer.convert_tokens_to_ids("<end_of_image>"),
     )
