@@ -3,6 +3,11 @@
     python benchmarks/bench_step.py --model tiny            # CPU, a few minutes
     python benchmarks/bench_step.py --model smollm2          # CPU, SmolLM2-135M with LoRA (~10 min on 2 cores)
     python benchmarks/bench_step.py --model qwen1.5b-shape --device cuda   # GPU: Qwen2.5-1.5B shape, G=8, 1024 tokens
+    python benchmarks/bench_step.py --model tiny --temperature 0.7   # + GTPO's temperature-1 entropy pass
+
+At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
+which costs a second pass of the LM head (not of the model) over the same hidden states
+(`gtpo.untempered`); at temperature 1 that pass is skipped.
 
 Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
 TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model).
@@ -70,6 +75,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--completion-length", type=int, default=None, help="override completion tokens")
     parser.add_argument("--generations", type=int, default=None, help="override G")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (TRL's default 1.0)")
     parser.add_argument("--child", choices=("gtpo", "grpo", "paired"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--first", choices=("gtpo", "grpo"), default="gtpo", help=argparse.SUPPRESS)
@@ -147,6 +153,7 @@ def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
         max_completion_length=length,
         generation_kwargs={"min_new_tokens": length},  # same token count for both algorithms
         max_steps=steps,
+        temperature=options.temperature,
         learning_rate=1e-5,
         logging_steps=1,
         save_strategy="no",
@@ -315,7 +322,7 @@ def run_child(options) -> None:
 def _child(options, child: str, out: Path, env: dict, first: str = "gtpo") -> dict:
     command = [sys.executable, __file__, "--child", child, "--out", str(out), "--model", options.model,
                "--device", options.device, "--steps", str(options.steps), "--warmup", str(options.warmup),
-               "--first", first]
+               "--first", first, "--temperature", str(options.temperature)]
     for flag, value in (("--threads", options.threads), ("--completion-length", options.completion_length),
                         ("--generations", options.generations)):
         if value:
@@ -345,7 +352,8 @@ def main(argv=None) -> None:
     print(f"model {options.model} on {options.device}: {settings['prompts']} prompt(s) x G={settings['generations']}, "
           f"{settings['completion']} completion tokens, "
           f"{'LoRA r=%d' % settings['lora'] if settings['lora'] else 'full fine-tuning'}, "
-          f"{options.warmup} warm-up + {options.steps} measured steps", flush=True)
+          f"temperature {options.temperature}, {options.warmup} warm-up + {options.steps} measured steps, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         memory = {}
         for child in ("gtpo", "grpo"):
@@ -369,6 +377,7 @@ def main(argv=None) -> None:
     # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
     ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"]))
     ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"gtpo/grpo step time ratio {ratio_time:.3f}, peak memory ratio {ratio_memory:.3f}")
 
 

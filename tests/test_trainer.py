@@ -31,6 +31,7 @@ GTPO_CORE_KEYS = {
     "gtpo/filtered_frac",
     "gtpo/mean_lambda",
     "gtpo/mean_entropy",
+    "gtpo/sign_flipped_frac",
 }
 
 
@@ -96,13 +97,17 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(conflict_combine="sum"), "conflict_combine"),
         (dict(gtpo_aggregation="token"), "gtpo_aggregation"),
         (dict(entropy_term="bonus"), "entropy_term"),
+        (dict(entropy_temperature="tempered"), "entropy_temperature='tempered'"),
         (dict(algorithm="ppo"), "algorithm"),
         (dict(entropy_threshold=0.0), "entropy_threshold"),
         (dict(entropy_gamma=-0.1), "entropy_gamma"),
         (dict(conflict_positive_weight=float("inf")), "conflict_positive_weight"),
         (dict(initial_entropy=float("nan")), "initial_entropy"),
         (dict(initial_entropy_prompts=0), "initial_entropy_prompts"),
-        (dict(loss_type="dapo"), "gtpo_aggregation"),
+        (dict(loss_type="cispo"), "choose one of ['grpo', 'bnpo', 'dr_grpo', 'dapo']"),
+        (dict(loss_type="sapo"), "choose one of ['grpo', 'bnpo', 'dr_grpo', 'dapo']"),
+        (dict(loss_type="dapo", gtpo_aggregation="reference"), "both choose the loss aggregation"),
+        (dict(loss_type="dapo", entropy_term="differentiable"), "counted steps_per_generation times"),
         (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
         (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
         (dict(gtpo_aggregation="reference", entropy_term="differentiable"), "micro-batch size"),
@@ -132,6 +137,7 @@ def test_defaults_follow_the_paper_and_resolve_bf16_by_device(tmp_path):
     assert args.entropy_filter == "auto" and math.isclose(args.entropy_threshold, math.log(2))
     assert args.entropy_gamma == 0.1 and args.gtpo_aggregation == "sequence"
     assert args.initial_entropy is None and args.initial_entropy_prompts == 100
+    assert args.entropy_temperature == "model"  # Sec. 4.2: the model's own distribution, not the sampling one
     assert args.bf16 == bool(torch.accelerator.is_available())
     assert GTPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True).bf16 is False
     # The TRL default we override: bf16=True everywhere, which transformers refuses on a CPU-only machine.
@@ -156,6 +162,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "entropy_gamma",
         "entropy_term",
         "gtpo_aggregation",
+        "entropy_temperature",
         "initial_entropy",
         "initial_entropy_prompts",
     }
@@ -220,6 +227,12 @@ def test_trl_version_and_hook_signatures_are_pinned():
     assert "advantages = advantages[process_slice]" in source
     assert '"completion_mask": completion_mask,' in source and '"advantages": advantages,' in source
     assert "shuffle_sequence_dict(generation_batch)" in inspect.getsource(GRPOTrainer._prepare_inputs)
+    # The fused LM head's kernel, wrapped for the temperature-1 entropy (gtpo.untempered), and its arguments.
+    from trl.trainer import utils as trl_utils
+
+    assert hasattr(trl_utils, "_ChunkedLogProbFunction")
+    fused = inspect.getsource(trl_utils.add_fused_lm_head)
+    assert "per_token = _ChunkedLogProbFunction.apply(" in fused and "log_probs, entropy, log_sum_sq_probs" in fused
 
 
 # ---------------------------------------------------------------------------------------------- bad input
@@ -234,6 +247,14 @@ def test_trainer_needs_a_gtpo_config(tmp_path, tiny_model_path):
 def test_dataset_without_prompt_column_is_rejected(tmp_path, tiny_model_path):
     data = make_dataset().rename_column("prompt", "question")
     with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(columns: \['question', 'answer'\]\)"):
+        GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)),
+                    train_dataset=data)
+
+
+@pytest.mark.parametrize("dataset", [None, "empty"])
+def test_auto_filter_without_training_prompts_is_refused_when_the_trainer_is_built(tmp_path, tiny_model_path, dataset):
+    data = make_dataset().select([]) if dataset == "empty" else None
+    with pytest.raises(ValueError, match=r"no train_dataset \(or it is empty\); set GTPOConfig.initial_entropy"):
         GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)),
                     train_dataset=data)
 
@@ -320,8 +341,11 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
     [
         (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0), dict(loss_type="grpo")),
         (dict(algorithm="grpo", beta=0.04, loss_type="dapo"), dict(beta=0.04, loss_type="dapo")),
+        *[(dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t),
+           dict(loss_type=t)) for t in ("dapo", "dr_grpo", "bnpo")],
     ],
-    ids=["gtpo-components-off", "algorithm-grpo-with-kl"],
+    ids=["gtpo-components-off", "algorithm-grpo-with-kl", "components-off-dapo", "components-off-dr_grpo",
+         "components-off-bnpo"],
 )
 def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gtpo_overrides, grpo_overrides):
     common = settings(tmp_path, **SGD)
@@ -361,13 +385,15 @@ def test_no_extra_forward_pass_beyond_trl_grpo(tmp_path, tiny_model_path, monkey
     assert calls["gtpo"] == calls["grpo"] == 4  # one forward per micro-batch, no reference model
 
 
-@pytest.mark.parametrize("aggregation", ["sequence", "reference"])
+@pytest.mark.parametrize("aggregation", ["sequence", "reference", "dapo", "dr_grpo"])
 def test_gradient_accumulation_split_gives_the_same_update(tmp_path, tiny_model_path, aggregation):
+    # bnpo is left out on purpose: TRL's bnpo is a token mean per micro-batch, which depends on the split.
+    loss = dict(gtpo_aggregation=aggregation) if aggregation in ("sequence", "reference") else dict(loss_type=aggregation)
     updates = []
     for batch, accumulation in [(8, 1), (4, 2), (2, 4)]:
         args = GTPOConfig(**settings(
             tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-            gtpo_aggregation=aggregation, initial_entropy=1.0, **SGD,
+            initial_entropy=1.0, **loss, **SGD,
         ))
         _, before, after = run(FixedGTPO, tiny_model_path, args)
         updates.append({k: after[k] - before[k] for k in before})
@@ -452,12 +478,9 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
     lengths = {0: 1, 1: 2, 2: 3, 3: 2, 4: 0}  # prompt 4 samples an empty completion
 
     def fake_trainer(rank, world, reduced):
-        def tokenize(batch):
-            return [[j + 1] for j in batch], None, {}
-
-        def generate(prompt_ids, images, fields, num_generations):
-            assert num_generations == 1
-            return [[7] * lengths[ids[0] - 1] for ids in prompt_ids], None
+        def generate(prompts):  # TRL's _generate: (prompt_ids, completion_ids, tool_mask, completions, ...)
+            prompt_ids = [[j + 1] for j in prompts]
+            return prompt_ids, [[7] * lengths[j] for j in prompts], None, None, None, {}, None, []
 
         def score(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
             prompt = input_ids[:, :1].float() - 1  # (B, 1) the prompt index j
@@ -473,22 +496,27 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
                                         reduce=reduce),
             args=SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1,
                                  gradient_checkpointing_kwargs=None),
-            model=SimpleNamespace(is_gradient_checkpointing=False),
+            model=SimpleNamespace(is_gradient_checkpointing=False, training=True, eval=lambda: None,
+                                  train=lambda mode=True: None),
             _tokenizer=SimpleNamespace(pad_token_id=0),
-            _is_vlm=False,
-            _tokenize_prompts=tokenize,
-            _generate_single_turn=generate,
+            eos_token_ids=[7],
+            mask_truncated_completions=False,
+            num_generations=4,
+            num_generations_eval=4,
+            _metrics={"train": {}, "eval": {}},
+            state=SimpleNamespace(num_input_tokens_seen=0),
+            _generate=generate,
             _get_per_token_logps_and_entropies=score,
         )
 
     prompts = list(range(5))
     reduced = []
     assert entropy_init.measure_initial_entropy(fake_trainer(0, 1, reduced), prompts) == pytest.approx(2.0)
-    assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0]]
+    assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0] * 2]  # [Σ, count] kept, then non-empty (the same here)
     reduced = []
     for rank in (0, 1):
         entropy_init.measure_initial_entropy(fake_trainer(rank, 2, reduced), prompts)
-    assert reduced == [[0.5 + 1.5 + 2.5, 3.0], [3.5, 1.0]]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
+    assert reduced == [[0.5 + 1.5 + 2.5, 3.0] * 2, [3.5, 1.0] * 2]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
 
 
 class StopAt(TrainerCallback):

@@ -54,15 +54,19 @@ def _spans_of(rows: list[dict]) -> list[tuple[list[int], list[int]]]:
 
 
 @pytest.mark.slow
-def test_split_across_ranks_equals_single_process(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_split_across_ranks_equals_single_process(tmp_path, tiny_model_path, loss_type):
+    """grpo (Eq. 7's per-completion means) and dapo (token sum over the generation batch's token count,
+    divided by the number of ranks as TRL does) give the single-process update on two ranks."""
     single_out, double_out = tmp_path / "one", tmp_path / "two"
-    single = _run([sys.executable, str(WORKER), str(single_out), "--per-device", "6"], single_out)
+    loss = ["--loss-type", loss_type]
+    single = _run([sys.executable, str(WORKER), str(single_out), "--per-device", "6", *loss], single_out)
     # The shipped DDP config, on CPU: `--cpu` would make accelerate run one process (multi-CPU needs
     # mpirun), while the DDP launcher with use_cpu=True in GTPOConfig gives two CPU ranks on gloo.
     double = _run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
          "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
-         str(WORKER), str(double_out), "--per-device", "3"],
+         str(WORKER), str(double_out), "--per-device", "3", *loss],
         double_out,
     )
     assert json.loads((double_out / "rank1.json").read_text())["world_size"] == 2

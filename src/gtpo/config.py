@@ -5,7 +5,8 @@ same text is what `HfArgumentParser` prints for `--help`. Everything else is TRL
 unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOConfig overrides"):
 
 - `loss_type="grpo"` (TRL: "dapo"): Eq. 1/7 average tokens within a completion, then completions,
-  so the GRPO baseline from the same config is the paper's GRPO.
+  so the GRPO baseline from the same config is the paper's GRPO. With algorithm="gtpo", "bnpo",
+  "dr_grpo" and "dapo" are accepted as aggregations of GTPO's token losses.
 - `bf16=None` resolves to False where no accelerator is present or `use_cpu=True` (TRL: True
   everywhere): on CPU bf16 autocast is slow and loses the precision the tests compare at.
 - `beta=0.0` is TRL's default already; with `algorithm="gtpo"` any other value is an error.
@@ -26,6 +27,9 @@ CONFLICT_COMBINES = ("union", "product")
 ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
+# TRL loss types that are aggregations only (how token losses are normalized), composed with GTPO's λ and δ.
+GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
 
@@ -71,10 +75,11 @@ class GTPOConfig(GRPOConfig):
     loss_type: str = field(
         default="grpo",
         metadata={
-            "help": "TRL's loss formulation, used only with algorithm='grpo' (see GRPOConfig). Default 'grpo' "
-            "(TRL: 'dapo'): per-completion token mean, then mean over completions, as in the paper's Eq. 1. "
-            "With algorithm='gtpo' the loss is GTPO's (Eq. 7) and only 'grpo' is accepted; use "
-            "gtpo_aggregation to choose its aggregation."
+            "help": "How token losses are normalized. Default 'grpo' (TRL: 'dapo'): per-completion token mean, then "
+            "mean over completions, as in the paper's Eq. 1 and Eq. 7. With algorithm='gtpo', 'bnpo' (token mean over "
+            "the micro-batch), 'dr_grpo' (token sum / (B * max_completion_length)) and 'dapo' (token sum / valid "
+            "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses; "
+            "TRL's other loss types are refused. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
         },
     )
     bf16: bool | None = field(
@@ -159,6 +164,18 @@ class GTPOConfig(GRPOConfig):
             "choices": list(AGGREGATIONS),
         },
     )
+    entropy_temperature: str = field(
+        default="model",
+        metadata={
+            "help": "Which distribution's entropy H enters ⟨H⟩_i, ⟨H⟩_ini (Eq. 6), the γ term (Eq. 7) and the gtpo/ "
+            "metrics. 'model' (default): the model's own next-token distribution, temperature 1, whatever the "
+            "sampling temperature; this is the paper's H (Sec. 4.2) and also what the authors' code computes "
+            "(untempered logits). 'sampling': the distribution sampled from (logits / temperature), as TRL's "
+            "entropy metric and GTPO 0.1.0. Log-probabilities and importance ratios are TRL's (tempered) either way; "
+            "the two coincide at temperature=1.",
+            "choices": list(ENTROPY_TEMPERATURES),
+        },
+    )
     initial_entropy: float | None = field(
         default=None,
         metadata={
@@ -189,12 +206,23 @@ class GTPOConfig(GRPOConfig):
         """True when Eq. 6's ⟨H⟩_ini must be known (measured unless given)."""
         return self.gtpo_enabled and self.entropy_filter == "auto"
 
+    @property
+    def core_aggregation(self) -> str:
+        """`gtpo.core.gtpo_loss`'s aggregation: loss_type's unless it is 'grpo' (then gtpo_aggregation's)."""
+        return self.gtpo_aggregation if self.loss_type == "grpo" else self.loss_type
+
+    @property
+    def untempered_entropy(self) -> bool:
+        """True when GTPO's entropies must be recomputed at temperature 1 (TRL's are at `temperature`)."""
+        return self.gtpo_enabled and self.entropy_temperature == "model" and self.temperature != 1.0
+
     def _validate_gtpo(self) -> None:
         _check_choice("algorithm", self.algorithm, ALGORITHMS)
         _check_choice("conflict_combine", self.conflict_combine, CONFLICT_COMBINES)
         _check_choice("entropy_filter", self.entropy_filter, ENTROPY_FILTERS)
         _check_choice("entropy_term", self.entropy_term, ENTROPY_TERMS)
         _check_choice("gtpo_aggregation", self.gtpo_aggregation, AGGREGATIONS)
+        _check_choice("entropy_temperature", self.entropy_temperature, ENTROPY_TEMPERATURES)
         if not isinstance(self.conflict_correction, bool):
             raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
         _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)
@@ -225,11 +253,24 @@ class GTPOConfig(GRPOConfig):
                 "regularizer replace the KL penalty, so no reference model is loaded and no extra forward pass runs. "
                 "Set beta=0.0, or algorithm='grpo' for a GRPO baseline with a KL term."
             )
-        if self.loss_type != "grpo":
+        if self.loss_type not in GTPO_LOSS_TYPES:
             raise ValueError(
-                f"loss_type={self.loss_type!r} selects one of TRL's GRPO losses, but algorithm='gtpo' computes "
-                "GTPO's loss (Eq. 7). Leave loss_type='grpo' and choose the aggregation with gtpo_aggregation "
-                "('sequence' or 'reference'), or set algorithm='grpo' to train with TRL's loss."
+                f"loss_type={self.loss_type!r} is a TRL GRPO loss that changes the per-token objective, which "
+                f"algorithm='gtpo' replaces by GTPO's (Eq. 7); with algorithm='gtpo' choose one of "
+                f"{list(GTPO_LOSS_TYPES)} (aggregations), or set algorithm='grpo' to train with TRL's loss."
+            )
+        if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
+            raise ValueError(
+                f"loss_type={self.loss_type!r} with gtpo_aggregation={self.gtpo_aggregation!r}: both choose the loss "
+                "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
+                f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
+            )
+        if self.loss_type == "dapo" and self.entropy_term == "differentiable" and self.entropy_gamma:
+            raise ValueError(
+                "loss_type='dapo' with entropy_term='differentiable': dapo divides by the generation batch's token "
+                "count, not by accumulation steps, so a mean-entropy term added to each micro-batch's loss would be "
+                "counted steps_per_generation times over. Use entropy_term='advantage' (default) "
+                "or another loss_type."
             )
         if self.gtpo_aggregation == "reference" and self.entropy_term == "differentiable" and self.entropy_gamma:
             raise ValueError(

@@ -36,7 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from gtpo import core, entropy_init
+from gtpo import core, entropy_init, untempered
 from gtpo.config import GTPOConfig
 
 logger = logging.getLogger(__name__)
@@ -130,6 +130,12 @@ class GTPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
+        # After TRL's own checks (a missing train_dataset is TRL's error first, with TRL's message).
+        if args.needs_initial_entropy and args.initial_entropy is None and _is_empty(train_dataset):
+            raise ValueError(
+                "entropy_filter='auto' measures ⟨H⟩_ini (Eq. 6) on the first training prompts, but there is no "
+                "train_dataset (or it is empty); set GTPOConfig.initial_entropy, or entropy_filter to another mode"
+            )
         # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
         self.initial_entropy: float | None = args.initial_entropy
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None
@@ -171,7 +177,7 @@ class GTPOTrainer(GRPOTrainer):
         if self.train_dataset is None:
             raise ValueError("⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
                              "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'")
-        prompts = entropy_init.first_prompts(self.train_dataset, n)
+        prompts = entropy_init.first_rows(self.train_dataset, n)
         if len(prompts) < n:
             logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d",
                            len(prompts), n)
@@ -248,16 +254,26 @@ class GTPOTrainer(GRPOTrainer):
                 "use algorithm='grpo' for tool-calling runs"
             )
 
-        # The one forward pass TRL runs too; entropies come from the same fused LM head, at no extra pass.
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
-        )
+        # The one forward pass TRL runs too. Entropies come from the same hidden states: at temperature 1
+        # (entropy_temperature="model", Sec. 4.2) through a second pass of the LM head only, else TRL's.
+        differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
+        scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
+        with untempered.untempered_entropy(args.untempered_entropy, differentiable, scored) as capture:
+            per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled,
+                **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
+            )
+        # TRL's `entropy` metric keeps TRL's meaning (the sampling distribution), so GTPO and GRPO runs line up.
+        sampling_entropies = entropies
+        if capture.sampling:
+            sampling_entropies = untempered.completion_layout(
+                capture.sampling[0], attention_mask, completion_ids.size(1)
+            )  # (B, T): one kernel call, since _compute_loss scores the micro-batch in one chunk
         old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
         loss, metrics = core.gtpo_loss(
             per_token_logps,
@@ -274,7 +290,8 @@ class GTPOTrainer(GRPOTrainer):
             initial_entropy=self.initial_entropy,
             gamma=args.entropy_gamma,
             entropy_term=args.entropy_term,
-            aggregation=args.gtpo_aggregation,
+            aggregation=args.core_aggregation,
+            **self._aggregation_kwargs(inputs),
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
@@ -283,12 +300,16 @@ class GTPOTrainer(GRPOTrainer):
             importance_weights=inputs.get("importance_sampling_ratio"),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
-        # whole batch, whatever its split: "sequence" is a mean over the micro-batch (as TRL's "grpo");
-        # "reference" is a sum over the micro-batch's completions, turned into a sum within each group
-        # averaged over groups (the authors' code trains one group per step, where the two agree).
+        # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
+        # (as TRL's "grpo", "bnpo", "dr_grpo"); "dapo" is already over the generation batch's token count
+        # per rank, rescaled to one accumulation window as TRL does; "reference" is a sum over the
+        # micro-batch's completions, turned into a sum within each group averaged over groups (the authors'
+        # code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        if args.gtpo_aggregation == "reference":
+        if args.core_aggregation == "dapo":
+            normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
+        elif args.core_aggregation == "reference":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             normalizer = normalizer * completion_ids.size(0) / group_size
         loss = loss / normalizer
@@ -298,10 +319,34 @@ class GTPOTrainer(GRPOTrainer):
 
         if self.initial_entropy is not None:
             metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
+        # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
+        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)
         self._log_metrics(
-            mode, metrics, per_token_logps, old_per_token_logps, entropies, completion_mask, inputs["advantages"]
+            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, loss_advantages
         )
         return loss
+
+    def _loss_advantages(self, advantages, entropies, mask) -> torch.Tensor:
+        """A'_i = δ_i·(A_i − γ⟨H⟩_i) (entropy_term='advantage') or δ_i·A_i: the advantage core.gtpo_loss uses."""
+        args = self.args
+        if args.entropy_filter == "never" and (args.entropy_term != "advantage" or args.entropy_gamma == 0):
+            return advantages
+        mean_h = core.mean_completion_entropy(entropies.detach(), mask)  # (B,)
+        keep = core.entropy_keep_mask(mean_h, advantages, mode=args.entropy_filter, threshold=args.entropy_threshold,
+                                      initial_entropy=self.initial_entropy)  # (B,) δ_i, Eq. 6
+        if args.entropy_term == "advantage":
+            return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
+        return torch.where(keep, advantages.float(), 0.0)  # (B,)
+
+    def _aggregation_kwargs(self, inputs) -> dict:
+        """The normalizers TRL's loss types use, for core's aggregations of the same names."""
+        aggregation = self.args.core_aggregation
+        if aggregation == "dr_grpo":
+            return {"max_completion_length": self.max_completion_length}
+        if aggregation == "dapo":
+            # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
+            return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes}
+        return {}
 
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
@@ -329,6 +374,15 @@ class GTPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- input checks
+
+
+def _is_empty(dataset) -> bool:
+    if dataset is None:
+        return True
+    try:
+        return len(dataset) == 0
+    except TypeError:  # an IterableDataset: its length is unknown until read
+        return False
 
 
 def _require_prompt_column(dataset, name: str) -> None:

@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--per-device", type=int, required=True)
     parser.add_argument("--combine", default="union")
+    parser.add_argument("--loss-type", default="grpo")
     options = parser.parse_args()
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,6 +86,7 @@ def main() -> None:
         max_grad_norm=0.0,
         lr_scheduler_type="constant",
         conflict_combine=options.combine,
+        loss_type=options.loss_type,
         initial_entropy_prompts=5,  # measured over both ranks: 3 + 3 prompts, the 6th a weight-0 repeat
         report_to=[],
         use_cpu=True,
