@@ -1,15 +1,12 @@
 """GTPO algorithm in pure torch: conflict spans, token weights λ, entropy filter δ and the loss.
 
-Reads in the paper's order (arXiv 2508.03772, Sec. 5 and App. 11): advantages (Eq. 8) and their signs
-→ conflict spans (Sec. 5.1) → λ (Eq. 5/21) → entropy ⟨H⟩_i → filter δ_i (Eq. 6) → shifted advantages
-and the loss (Eq. 7) with its aggregations. A batch holds N completions in right-padded (N, T) tensors;
-rows ``g*G .. g*G+G-1`` are the G completions of prompt g. ``A_i`` is a completion's advantage, ``o_i``
-its valid tokens (``completion_mask``), ``⟨H⟩_i`` the mean over ``o_i`` of the entropy (nats) of the
-full next-token distribution. docs/core.md gives every choice and formula at length.
-
-Nothing here knows about a trainer: functions take tensors and return tensors or ``(loss, metrics)``,
-on the device and in the dtype of their inputs. Input checks live in `gtpo.core_checks` (one host sync
-per call, to raise a ValueError); the fast conflict search in `gtpo.core_conflicts`.
+Reads in the paper's order (arXiv 2508.03772, Sec. 5 and App. 11): 1. advantages (Eq. 8) and their signs,
+2. conflict spans (Sec. 5.1), 3. λ (Eq. 5/21), 4. entropy ⟨H⟩_i, 5. filter δ_i (Eq. 6), 6. shifted
+advantages and 7. the loss (Eq. 7) with its aggregations. N completions in right-padded (N, T) tensors;
+rows ``g*G .. g*G+G-1`` are the G completions of prompt g; ``A_i`` an advantage, ``o_i`` the valid tokens
+(``completion_mask``), ``⟨H⟩_i`` their mean next-token entropy in nats. No trainer, no logging; inputs'
+device and dtype. Checks: `gtpo.core_checks` (one host sync per call); conflict search:
+`gtpo.core_conflicts`; metrics: `gtpo.core_metrics`. docs/core.md gives every choice and formula.
 """
 
 from __future__ import annotations
@@ -21,11 +18,11 @@ import torch
 from torch import Tensor
 
 from gtpo.core_checks import (
-    check_group_size, check_keep_inputs, check_loss_inputs, check_rewards, check_shift_inputs,
-    check_weights_inputs, float_vector_check, initial_entropy_value, lookup, mask_checks, raise_if_any,
-    validate_group_batch,
+    check_entropy_inputs, check_keep_inputs, check_loss_inputs, check_rewards, check_shift_inputs,
+    check_signs_inputs, check_weights_inputs, initial_entropy_value, lookup, validate_group_batch,
 )
 from gtpo.core_conflicts import aligned_conflicts
+from gtpo.core_metrics import loss_metrics
 
 __all__ = [
     "ADVANTAGE_SCALES", "AGGREGATIONS", "COMBINE_MODES", "ENTROPY_FILTERS", "ENTROPY_TERMS", "LN2",
@@ -38,14 +35,9 @@ LN2 = math.log(2.0)
 """ln 2 ≈ 0.693 nats: the entropy of an even choice between two tokens, Eq. (6)'s threshold."""
 ZERO_ADVANTAGE_RTOL = 1e-6
 """|A_i| ≤ 1e-6·max(1, max_{j∈g} |A_j|) counts as A_i = 0 (`advantage_signs`): about 8 float32 ulps of 1."""
-# Work bound for `token_entropy`: logits (float32) processed per chunk, about 256 MiB per temporary.
-_ENTROPY_CHUNK_ELEMS = 1 << 26
 
 
-# --------------------------------------------------------------------------------------------------
-# Advantages (Eq. 8) and their signs
-# --------------------------------------------------------------------------------------------------
-
+# 1. Advantages (Eq. 8) and their signs ------------------------------------------------------------
 ADVANTAGE_SCALES = ("group", "none")
 """``group``: (R − mean)/(std + 1e-4) with torch.std's unbiased std, as TRL; ``none``: R − mean."""
 
@@ -75,15 +67,12 @@ def advantage_signs(advantages: Tensor, group_size: int) -> Tensor:
     A_i counts as 0 when |A_i| ≤ ZERO_ADVANTAGE_RTOL · max(1, max_{j∈g} |A_j|), in float32 or wider:
     (R − mean)/(std + 1e-4) leaves ±1e-7 where a reward equals its group's mean, and such a row must not
     take part in conflict detection (docs/core.md, "Advantages that are zero up to rounding").
-    advantages: (N,) finite floats; group_size: G with N a multiple of G (G = 1: each row alone).
-    Returns (N,) int8 in {-1, 0, 1} on the advantages' device.
+    advantages: (N,) finite floats; group_size: G (1: each row alone). Returns (N,) int8 in {-1, 0, 1}.
 
     >>> advantage_signs(torch.tensor([1.5, -1.5, 1e-7, -2e-7]), 4).tolist()
     [1, -1, 0, 0]
     """
-    check = float_vector_check(advantages, None, "advantages")
-    check_group_size(group_size, advantages.shape[0], "advantages")
-    raise_if_any([check])
+    check_signs_inputs(advantages, group_size)
     return _signs(advantages, group_size)  # (N,)
 
 
@@ -95,11 +84,7 @@ def _signs(advantages: Tensor, group_size: int) -> Tensor:
     return torch.where(zero, 0.0, torch.sign(a)).to(torch.int8)  # (N,)
 
 
-# --------------------------------------------------------------------------------------------------
-# Conflict spans (Sec. 5.1)
-# --------------------------------------------------------------------------------------------------
-
-
+# 2. Conflict spans (Sec. 5.1) ---------------------------------------------------------------------
 def conflict_spans(
     completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int
 ) -> tuple[Tensor, Tensor]:
@@ -112,14 +97,8 @@ def conflict_spans(
     Rows with A=0 (`advantage_signs`), padding and empty completions are never in a span. Validity comes
     from ``completion_mask`` only, never from a pad id (often EOS, itself a genuine conflict token).
 
-    Args:
-        completion_ids: (N, T) integer token ids.
-        completion_mask: (N, T) bool or 0/1, right-padded (each row's valid tokens first, as in TRL).
-        advantages: (N,) float advantages; only their signs are used.
-        group_size: G, completions per prompt.
-
-    Returns:
-        ``(forward, backward)``, two (N, T) bool tensors on the input device.
+    completion_ids: (N, T) integer ids; completion_mask: (N, T) bool or 0/1, right-padded (as in TRL);
+    advantages: (N,) floats, only their signs count; group_size: G. Returns two (N, T) bool tensors.
 
     >>> ids = torch.tensor([[5, 7, 9], [5, 8, 9]])
     >>> fw, bw = conflict_spans(ids, torch.ones(2, 3, dtype=torch.bool), torch.tensor([1.0, -1.0]), 2)
@@ -151,11 +130,7 @@ def conflict_spans(
     return forward, backward
 
 
-# --------------------------------------------------------------------------------------------------
-# Token weights λ (Eq. 5/21)
-# --------------------------------------------------------------------------------------------------
-
-
+# 3. Token weights λ (Eq. 5/21) --------------------------------------------------------------------
 def _signed_weight(span: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
     """Eq. (5) on one mask: 1 outside the span; inside 0 (A<0), positive_weight (A>0), 1 (A=0)."""
     a = signs.unsqueeze(-1)  # (N, 1) from `advantage_signs`, as floats
@@ -204,9 +179,8 @@ def conflict_weights(
     return fn(forward, backward, signs, float(positive_weight))  # (N, T)
 
 
-# --------------------------------------------------------------------------------------------------
-# Entropy H (Sec. 4.2) and ⟨H⟩_i
-# --------------------------------------------------------------------------------------------------
+# 4. Entropy H (Sec. 4.2) and ⟨H⟩_i ----------------------------------------------------------------
+_ENTROPY_CHUNK_ELEMS = 1 << 26  # logits (float32) per chunk of `token_entropy`: 256 MiB per temporary
 
 
 def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
@@ -241,12 +215,8 @@ def _entropy_rows(logits: Tensor) -> Tensor:
 def mean_completion_entropy(token_entropy: Tensor, completion_mask: Tensor) -> Tensor:
     """⟨H⟩_i: (N, T) entropies, (N, T) mask → (N,) float32 mean over valid tokens (0 if empty).
 
-    Values at padding are ignored, even if nan; differentiable with respect to ``token_entropy``.
-    """
-    if not isinstance(token_entropy, Tensor) or token_entropy.dim() != 2:
-        raise ValueError("token_entropy must be an (N, T) tensor (see token_entropy())")
-    valid, checks = mask_checks(completion_mask, tuple(token_entropy.shape), right_padded=False)
-    raise_if_any(checks)
+    Values at padding are ignored, even if nan; differentiable with respect to ``token_entropy``."""
+    valid = check_entropy_inputs(token_entropy, completion_mask)  # (N, T) bool
     return _mean_entropy(token_entropy, valid)  # (N,)
 
 
@@ -255,12 +225,9 @@ def _mean_entropy(token_entropy: Tensor, valid: Tensor) -> Tensor:
     return h.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
 
 
-# --------------------------------------------------------------------------------------------------
-# Completion filter δ_i (Eq. 6). Each mode: (low (N,) bool, signs (N,), initial_entropy) -> (N,) bool.
-# --------------------------------------------------------------------------------------------------
-
-
+# 5. Completion filter δ_i (Eq. 6) -----------------------------------------------------------------
 def _keep_auto(low: Tensor, signs: Tensor, initial_entropy) -> Tensor:
+    # A mode maps low = (⟨H⟩_i ≤ threshold) (N,), signs (N,), ⟨H⟩_ini to δ_i (N,) bool.
     # Eq. (6): filter only when the model is a low-entropy one, ⟨H⟩_ini < ln 2 (strictly; at equality
     # the text's "if ⟨H⟩_ini < ln 2 ... we apply" does not apply, so nothing is filtered).
     h_ini = initial_entropy_value(initial_entropy, low.device)  # float, or () on the device (no sync)
@@ -302,10 +269,7 @@ def _keep(mean_entropy: Tensor, signs: Tensor, mode_fn, threshold: float, initia
     return mode_fn(low, signs, initial_entropy)  # (N,) δ_i
 
 
-# --------------------------------------------------------------------------------------------------
-# Shifted advantages A'_i (Eq. 7's δ and −γ⟨H⟩_i, as in the authors' code)
-# --------------------------------------------------------------------------------------------------
-
+# 6. Shifted advantages A'_i (Eq. 7's δ and −γ⟨H⟩_i, as in the authors' code) ----------------------
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 """How −γ⟨H⟩_i enters: advantage shift (authors' code), differentiable +γ·mean⟨H⟩ term, or not at all."""
 
@@ -313,9 +277,8 @@ ENTROPY_TERMS = ("advantage", "differentiable", "none")
 def shift_advantages(advantages: Tensor, mean_entropy: Tensor, keep: Tensor, gamma: float) -> Tensor:
     """A'_i = δ_i · (A_i − γ·⟨H⟩_i) with ⟨H⟩_i detached: (N,) each → (N,) float32 or wider.
 
-    The shift reweights each completion's policy gradient but adds no gradient through the entropy;
-    it applies to every kept completion, A_i=0 included (docs/core.md, "What the default γ realization
-    does"). keep: (N,) bool δ_i from `entropy_keep_mask`; gamma: the paper's 0.1.
+    Reweights each kept completion's policy gradient (A_i=0 included), no gradient through the entropy
+    (docs/core.md, "What the default γ realization does"). keep: δ_i from `entropy_keep_mask`; gamma: 0.1.
     """
     check_shift_inputs(advantages, mean_entropy, keep, gamma)
     return _shift(advantages, mean_entropy, keep, gamma)  # (N,)
@@ -327,11 +290,7 @@ def _shift(advantages: Tensor, mean_entropy: Tensor, keep: Tensor, gamma: float)
     return torch.where(keep, shifted, 0.0)  # (N,)
 
 
-# --------------------------------------------------------------------------------------------------
-# The loss (Eq. 7) and its aggregations
-# --------------------------------------------------------------------------------------------------
-
-
+# 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
 def _token_loss(logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights) -> Tensor:
     """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding."""
     # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
@@ -350,8 +309,6 @@ def _token_loss(logps, old_logps, valid, a_used, lam, eps_low, eps_high, importa
 
 # Aggregations: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> ().
 # Only the normalization differs (TRL 1.16's `_compute_loss` formulas); λ, δ and the shift are in ℓ.
-
-
 def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Eq. (7): token mean per completion, then mean over completions (= TRL's loss_type="grpo").
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
@@ -426,9 +383,8 @@ def gtpo_loss(
 
     a = advantages.float()  # (N,) original A_i: the conflict signs come from here
     signs = _signs(a, group_size).float()  # (N,) in {-1, 0, 1}
-    no_span = torch.zeros_like(valid)  # (N, T)
-    fw = no_span if forward_span is None else forward_span & valid  # (N, T)
-    bw = no_span if backward_span is None else backward_span & valid  # (N, T)
+    fw = torch.zeros_like(valid) if forward_span is None else forward_span & valid  # (N, T) M^fw
+    bw = torch.zeros_like(valid) if backward_span is None else backward_span & valid  # (N, T) M^bw
     lam = combine_fn(fw, bw, signs, float(positive_weight))  # (N, T) λ, Eq. 5; 1 everywhere without spans
     mean_h = None if token_entropy is None else _mean_entropy(token_entropy, valid)  # (N,) ⟨H⟩_i, differentiable
     keep = (torch.ones_like(a, dtype=torch.bool) if mean_h is None  # (N,) δ_i, Eq. 6 ("never" without entropy)
@@ -441,30 +397,4 @@ def gtpo_loss(
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
         loss = loss + gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
-    return loss, _metrics(valid, signs, fw, bw, lam, keep, mean_h, a_used)
-
-
-def _ratio(num: Tensor, den: Tensor) -> Tensor:
-    return num.float() / den.float().clamp(min=1)  # () 0 when the denominator is empty
-
-
-@torch.no_grad()
-def _metrics(valid, signs, fw, bw, lam, keep, mean_h, a_used) -> dict[str, Tensor]:
-    """The ``gtpo/`` metrics, detached float32 scalars (formulas: docs/core.md, "Metrics")."""
-    active = (signs != 0).unsqueeze(-1)  # (N, 1) rows that take part in conflict detection (advantage_signs)
-    negative = (signs < 0).unsqueeze(-1)  # (N, 1)
-    n_active = active.sum()  # ()
-    metrics = {
-        "gtpo/conflict_token_frac": _ratio(((fw | bw) & active).sum(), (valid & active).sum()),
-        "gtpo/forward_span_len": _ratio((fw & active).sum(), n_active),
-        "gtpo/backward_span_len": _ratio((bw & active).sum(), n_active),
-        "gtpo/protected_negative_frac": _ratio(((lam == 0) & valid & negative).sum(), (valid & negative).sum()),
-        "gtpo/filtered_frac": (~keep).sum().float() / max(keep.numel(), 1),
-        "gtpo/mean_lambda": _ratio(torch.where(valid, lam, 0.0).sum(), valid.sum()),
-        # Kept rows whose positive A the shift A' = A − γ⟨H⟩ turns negative, over kept rows with A≠0.
-        "gtpo/sign_flipped_frac": _ratio((keep & (signs > 0) & (a_used < 0)).sum(), (keep & (signs != 0)).sum()),
-    }
-    if mean_h is not None:
-        nonempty = valid.any(dim=-1)  # (N,)
-        metrics["gtpo/mean_entropy"] = _ratio(torch.where(nonempty, mean_h, 0.0).sum(), nonempty.sum())
-    return {k: v.detach() for k, v in metrics.items()}
+    return loss, loss_metrics(valid, signs, fw, bw, lam, keep, mean_h, a_used)

@@ -302,3 +302,19 @@ def check_rewards(rewards, group_size, scale: str) -> None:
     if scale == "group" and group_size < 2:
         raise ValueError("scale='group' needs group_size >= 2 (the unbiased std of one reward is undefined)")
     raise_if_any([check])
+
+
+def check_signs_inputs(advantages, group_size) -> None:
+    """Checks of `gtpo.core.advantage_signs` (one sync)."""
+    check = float_vector_check(advantages, None, "advantages")
+    check_group_size(group_size, advantages.shape[0], "advantages")
+    raise_if_any([check])
+
+
+def check_entropy_inputs(token_entropy, completion_mask) -> Tensor:
+    """Checks of `gtpo.core.mean_completion_entropy` (one sync); returns the (N, T) bool mask."""
+    if not isinstance(token_entropy, Tensor) or token_entropy.dim() != 2:
+        raise ValueError("token_entropy must be an (N, T) tensor (see token_entropy())")
+    valid, checks = mask_checks(completion_mask, tuple(token_entropy.shape), right_padded=False)
+    raise_if_any(checks)
+    return valid
