@@ -186,9 +186,9 @@ _ENTROPY_CHUNK_ELEMS = 1 << 26  # logits (float32) per chunk of `token_entropy`:
 def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
     """Entropy H = -Σ_v p_v ln p_v (nats) of each next-token distribution, (..., T, V) → (..., T) float32.
 
-    Float32 math over chunks of ``chunk_rows`` rows (default: about 2**26 logits, 256 MiB per
-    temporary). Differentiable; under autograd the chunks' saved tensors add up, so call it under
-    ``torch.no_grad()`` unless the entropy term needs its gradient. -inf logits contribute 0.
+    Pass the logits the policy samples from (divided by the sampling temperature, as TRL's). Float32 math
+    over chunks of ``chunk_rows`` rows (default ≈2**26 logits, 256 MiB per temporary); -inf logits give 0.
+    Differentiable, but the chunks' saved tensors add up: use ``torch.no_grad()`` unless a gradient is needed.
 
     >>> round(token_entropy(torch.zeros(1, 4))[0].item(), 4)  # uniform over 4 tokens: ln 4 nats
     1.3863
