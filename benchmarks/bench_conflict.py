@@ -264,7 +264,7 @@ def head_to_head(skip_paper: bool) -> None:
 
 
 def cost_table(device: str, quick: bool) -> None:
-    import gtpo.core as core  # the two detection methods are selected through a private switch
+    import gtpo.core_conflicts as core  # the two detection methods are selected through a private switch
 
     print(f"== 2. Our cost per call, one group, V={PAPER_SHAPE['vocab']:,}, device={device} ==")
     print(f"   conflict_spans compares all row pairs for G <= {core._PAIRWISE_MAX_GROUP} and sorts above;")
