@@ -133,8 +133,9 @@ def collect(spec, out: Path, window: int, format_drop: float, include_unfinished
     return runs
 
 
-def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False) -> dict:
-    """Write OUT/summary.json, OUT/summary.md and OUT/figures/; return the summary dict."""
+def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False,
+              figures: bool = True) -> dict:
+    """Write OUT/summary.json, OUT/summary.md and (``figures``) OUT/figures/; return the summary dict."""
     from gtpo.compare import run_status, run_dir
 
     out = Path(out)
@@ -169,7 +170,7 @@ def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, incl
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "summary.md").write_text(summary_markdown(summary, metric_names))
-    if runs:
+    if runs and figures:
         from gtpo.compare_figures import plot_arms, plot_stability
 
         plot_arms(runs, arm_names, out / "figures", window)
