@@ -187,7 +187,13 @@ def _trim_metrics(folder: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def run_all(spec: Spec, out: Path, launcher: list[str], dry_run: bool = False) -> list[str]:
+def missing_commands(spec: Spec, out: Path, launcher: list[str]) -> list[list[str]]:
+    """The `gtpo train` command of every run not finished yet (what ``--dry-run`` prints)."""
+    return [train_command(spec, arm, seed, out, launcher, checkpoint)
+            for arm, seed, action, checkpoint in plan(spec, out) if action != "done"]
+
+
+def run_all(spec: Spec, out: Path, launcher: list[str]) -> list[str]:
     """Run every missing run in turn; returns the names of runs that failed (empty when all finished)."""
     failed = []
     for arm, seed, action, checkpoint in plan(spec, out):
@@ -197,9 +203,6 @@ def run_all(spec: Spec, out: Path, launcher: list[str], dry_run: bool = False) -
             logger.info("%s: finished, skipped", name)
             continue
         command = train_command(spec, arm, seed, out, launcher, checkpoint)
-        if dry_run:
-            print(shlex.join(command))
-            continue
         if action == "resume":
             _trim_metrics(folder, int(checkpoint.name.split("-")[-1]))
             logger.info("%s: resuming from %s", name, checkpoint)
@@ -340,12 +343,15 @@ def run_compare(argv: list[str]) -> int:
             spec.seeds += [s for s in args.seeds if s not in spec.seeds]
             write_or_check_spec(spec, out)
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable, "-m", "gtpo.cli"]
+    if args.dry_run:
+        launcher = shlex.split(args.launcher) if args.launcher else ["gtpo"]  # to run elsewhere: the console script
+        for command in missing_commands(spec, out, launcher):
+            print(shlex.join(command))
+        return 0
     failed = []
     if not args.aggregate_only:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        failed = run_all(spec, out, launcher, dry_run=args.dry_run)
-        if args.dry_run:
-            return 0
+        failed = run_all(spec, out, launcher)
     if args.eval:
         compare_report.evaluate_runs(spec, out, launcher, task=args.eval_task, split=args.eval_split, n=args.eval_n,
                                      limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens)

@@ -100,7 +100,7 @@ def _draw_bands(ax, panel, arms: dict, used: list[str], arm_names: list[str]) ->
 def plot_stability(runs: dict, arm_names: list[str], seeds: list[int], path: Path, window: int,
                    format_drop: float) -> Path:
     """One panel per run (rows: arms, columns: seeds): smoothed format % (left axis) with its drop steps
-    shaded, smoothed entropy (right axis) with ln 2 and the first upward crossing marked."""
+    shaded orange, smoothed entropy (right axis) with ln 2 and the first upward crossing marked."""
     from gtpo.compare_report import METRICS, _PANELS, panel_series
 
     plt = _setup()
@@ -122,7 +122,7 @@ def plot_stability(runs: dict, arm_names: list[str], seeds: list[int], path: Pat
             if steps:
                 ax.plot(steps, moving_average(fmt, window), color="C0", linewidth=1.5)
             for step in run["stability"]["format_drop_steps"]:
-                ax.axvspan(step - 0.5, step + 0.5, color="red", alpha=0.15, linewidth=0)
+                ax.axvspan(step - 0.5, step + 0.5, color="C1", alpha=0.25, linewidth=0)
             ax.set_ylim(0, 105)
             ax.set_ylabel("format % (C0)", fontsize=8)
             ax.set_xlabel("step", fontsize=8)
@@ -135,8 +135,8 @@ def plot_stability(runs: dict, arm_names: list[str], seeds: list[int], path: Pat
             if crossing:
                 twin.axvline(crossing, color="C3", linestyle=":", linewidth=1)
             twin.set_ylabel("entropy (C3)", fontsize=8)
-    fig.suptitle(f"Stability per run: red = format more than {format_drop:g} points below its best; "
-                 f"dashed = ln 2 (moving averages over {window} steps)", fontsize=10)
+    fig.suptitle(f"Stability per run: blue = format %, red = entropy, dashed = ln 2; orange = format more than "
+                 f"{format_drop:g} points below its best (moving averages over {window} steps)", fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
