@@ -147,3 +147,23 @@ def test_rerun_with_different_arms_is_refused_but_more_seeds_are_added(tmp_path)
     assert more.seeds == [0, 1, 2]
     with pytest.raises(ValueError, match="different study"):
         compare.write_or_check_spec(Spec([Arm("a", str(recipe), ["--beta", "0.1"])], [0]), tmp_path)
+
+
+def test_compare_help_documents_resume_statistics_and_many_gpus(capsys):
+    from gtpo import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["compare", "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    for text in ("gtpo compare", "--variant", "--seeds", "resumes", "95%", "no detectable", "--dry-run",
+                 "--launcher", "--eval", "ln 2", "--format-drop"):
+        assert text in out, text
+
+
+def test_compare_without_arms_or_spec_is_one_line_exit_2(tmp_path, capsys):
+    from gtpo import cli
+
+    assert cli.main(["compare", "-o", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compare.json" in err[0] and "--recipe" in err[0]
