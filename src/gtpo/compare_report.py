@@ -173,7 +173,7 @@ def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, incl
     if runs and figures:
         from gtpo.compare_figures import plot_arms, plot_stability
 
-        plot_arms(runs, arm_names, out / "figures", window)
+        plot_arms(runs, arm_names, out / "figures")  # smoothing as `gtpo plot`: about 1/8 of the run
         plot_stability(runs, arm_names, spec.seeds, out / "figures" / "stability.png", window, format_drop)
     return summary
 
