@@ -167,3 +167,17 @@ def test_compare_without_arms_or_spec_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["compare", "-o", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "compare.json" in err[0] and "--recipe" in err[0]
+
+
+def test_a_second_compare_on_a_running_study_is_refused_and_a_stale_lock_is_taken_over(tmp_path):
+    import os
+    import socket
+
+    with compare.StudyLock(tmp_path):
+        with pytest.raises(ValueError, match="another gtpo compare"):
+            compare.StudyLock(tmp_path).__enter__()
+    assert not (tmp_path / compare.LOCK_FILE).exists()
+    # A lock left by a process that is gone (pid 0 is never a live process here) is taken over.
+    (tmp_path / compare.LOCK_FILE).write_text(f"{socket.gethostname()} 0\n")
+    with compare.StudyLock(tmp_path) as lock:
+        assert (tmp_path / compare.LOCK_FILE).read_text().strip() == lock.mine == f"{socket.gethostname()} {os.getpid()}"

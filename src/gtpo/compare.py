@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 SPEC_FILE = "compare.json"
+LOCK_FILE = "compare.lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 try:  # the run-folder helpers of `gtpo train` (contracts.md: run_status, latest_checkpoint)
@@ -236,6 +238,41 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
     path.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
 
 
+class StudyLock:
+    """OUT/compare.lock while a `gtpo compare` runs a study: a second one would resume the same run twice."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / LOCK_FILE
+        self.mine = f"{socket.gethostname()} {os.getpid()}"
+
+    def __enter__(self):
+        if self.path.is_file():
+            host, _, pid = self.path.read_text().strip().partition(" ")
+            alive = host != socket.gethostname() or _pid_alive(int(pid or 0))
+            if alive:
+                raise ValueError(f"another gtpo compare (host {host}, pid {pid}) is running the study in "
+                                 f"{self.path.parent}; wait for it, or delete {self.path} if it is gone")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.mine + "\n")
+        return self
+
+    def __exit__(self, *exc):
+        if self.path.is_file() and self.path.read_text().strip() == self.mine:
+            self.path.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 # ---------------------------------------------------------------------------------------------- command
 
 DESCRIPTION = """\
@@ -351,7 +388,8 @@ def run_compare(argv: list[str]) -> int:
     failed = []
     if not args.aggregate_only:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        failed = run_all(spec, out, launcher)
+        with StudyLock(out):
+            failed = run_all(spec, out, launcher)
     if args.eval:
         compare_report.evaluate_runs(spec, out, launcher, task=args.eval_task, split=args.eval_split, n=args.eval_n,
                                      limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens)
