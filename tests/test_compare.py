@@ -97,6 +97,24 @@ def test_stability_finds_the_format_drop_and_the_upward_ln2_crossing(study):
     assert "A/seed3" not in runs
 
 
+def test_held_out_pass_and_maj_at_k_enter_the_summary_in_percent(study):
+    spec, out = study
+    for (arm, seed), p1 in {("A", 0): 0.5, ("A", 1): 0.25, ("A", 2): 0.75, ("B", 0): 0.5, ("B", 1): 0.25,
+                            ("B", 2): 0.5}.items():
+        folder = compare.run_dir(out, arm, seed) / "eval" / "synthetic"
+        folder.mkdir(parents=True)
+        results = {"ks": [1, 2], "pass@k": {"1": p1, "2": 1.0}, "maj@k": {"1": p1, "2": p1}}
+        (folder / "results.json").write_text(json.dumps(results))
+    summary = compare_report.aggregate(spec, out, window=2, figures=False)
+    assert summary["arms"]["A"]["metrics"]["pass@1 %"]["mean"] == pytest.approx(50.0)  # 50, 25, 75
+    pairs = {p["metric"]: p for p in summary["pairs"]}
+    # A - B pass@1: 0, 0, 25 points -> mean 8.33; pass@2: 0 on every seed -> zero-width interval at 0
+    assert pairs["pass@1 %"]["diff"]["mean"] == pytest.approx(25 / 3)
+    assert pairs["pass@2 %"]["diff"] == {"mean": 0.0, "low": 0.0, "high": 0.0, "n": 3}
+    assert pairs["pass@2 %"]["verdict"] == "no detectable difference"
+    assert "| entropy | pass@1 % | pass@2 % | maj@1 % | maj@2 % |" in (out / "summary.md").read_text()
+
+
 def test_summary_files_and_figures_are_written_and_partial_studies_say_so(study):
     spec, out = study
     compare_report.aggregate(spec, out, window=2)
@@ -125,7 +143,8 @@ def test_arms_from_variants_and_bad_arm_specs_are_refused_in_one_line(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("algorithm: gtpo\n")
     arms = compare.parse_arms([str(recipe)], ["gtpo:", "grpo:--algorithm grpo --learning_rate 1e-3"])
-    assert [(a.name, a.args) for a in arms] == [("gtpo", []), ("grpo", ["--algorithm", "grpo", "--learning_rate", "1e-3"])]
+    assert [(a.name, a.args) for a in arms] == [
+        ("gtpo", []), ("grpo", ["--algorithm", "grpo", "--learning_rate", "1e-3"])]
     assert compare.parse_arms([f"x={recipe}"], [])[0].name == "x"
     for recipes, variants, message in [
         ([str(recipe), str(recipe)], ["a:"], "exactly one --recipe"),
@@ -180,4 +199,5 @@ def test_a_second_compare_on_a_running_study_is_refused_and_a_stale_lock_is_take
     # A lock left by a process that is gone (pid 0 is never a live process here) is taken over.
     (tmp_path / compare.LOCK_FILE).write_text(f"{socket.gethostname()} 0\n")
     with compare.StudyLock(tmp_path) as lock:
-        assert (tmp_path / compare.LOCK_FILE).read_text().strip() == lock.mine == f"{socket.gethostname()} {os.getpid()}"
+        assert lock.mine == f"{socket.gethostname()} {os.getpid()}"
+        assert (tmp_path / compare.LOCK_FILE).read_text().strip() == lock.mine

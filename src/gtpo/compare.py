@@ -302,7 +302,8 @@ examples:
       --variant 'gtpo:' --variant 'grpo:--algorithm grpo' --variant 'entropy-only:--conflict_correction false' \\
       --seeds 0 1 2 --output-dir studies/demo -- --learning_rate 1e-3 --max_steps 60
   # several recipes, named:
-  gtpo compare --recipe gtpo=recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml --recipe grpo=recipes/qwen2.5-3b/gsm8k/grpo-beta0-g8.yaml \\
+  gtpo compare --recipe gtpo=recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml \\
+      --recipe grpo=recipes/qwen2.5-3b/gsm8k/grpo-beta0-g8.yaml \\
       --seeds 0 1 2 --output-dir studies/qwen --eval --eval-task gsm8k --eval-limit 200
   # continue a stopped study; or print the missing runs' commands to spread them over GPUs:
   gtpo compare --output-dir studies/demo
@@ -317,14 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
                                       "[--seeds S ...] --output-dir OUT [options] [-- COMMON TRAIN FLAGS]")
     arms = p.add_argument_group("what to run (omit all to continue the study in OUT/compare.json)")
     arms.add_argument("--recipe", action="append", default=[], metavar="[NAME=]RECIPE",
-                      help="a recipe YAML; each is an arm named NAME (default: the file's stem). Repeat for more arms.")
+                      help="a recipe YAML; each is an arm named NAME (default: the file's stem). "
+                           "Repeat for more arms.")
     arms.add_argument("--variant", action="append", default=[], metavar="NAME:FLAGS",
                       help="an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' "
                            "or 'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged")
-    arms.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, one run per arm each (default: 0 1 2)")
-    arms.add_argument("--save-steps", type=int, default=10, help="checkpoint every N steps (what a resume starts from; default: %(default)s)")
+    arms.add_argument("--seeds", type=int, nargs="+", default=None,
+                      help="seeds, one run per arm each (default: 0 1 2; on a rerun: seeds to add)")
+    arms.add_argument("--save-steps", type=int, default=10,
+                      help="checkpoint every N steps (what a resume starts from; default: %(default)s)")
     arms.add_argument("common", nargs="*", metavar="-- COMMON",
-                      help="flags after `--` go to every run's `gtpo train`, before the arm's own (e.g. -- --max_steps 60)")
+                      help="flags after `--` go to every run's `gtpo train`, before the arm's own "
+                           "(e.g. -- --max_steps 60)")
     how = p.add_argument_group("how to run")
     how.add_argument("-o", "--output-dir", required=True, help="the study folder OUT")
     how.add_argument("--launcher", default=None,
@@ -338,14 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval", action="store_true", help="evaluate every finished run's final model")
     ev.add_argument("--eval-task", default=None, help="task (default: the recipe's task)")
     ev.add_argument("--eval-split", default="test")
-    ev.add_argument("--eval-n", type=int, default=4, help="samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: %(default)s)")
+    ev.add_argument("--eval-n", type=int, default=4,
+                    help="samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: %(default)s)")
     ev.add_argument("--eval-limit", type=int, default=40, help="problems evaluated (default: %(default)s)")
     ev.add_argument("--eval-max-new-tokens", type=int, default=None, help="default: the run's max_completion_length")
     rep = p.add_argument_group("aggregation")
-    rep.add_argument("--window", type=int, default=10, help="last-window length (steps) of the summary, and the "
-                                                            "moving average of the stability criteria (default: %(default)s)")
+    rep.add_argument("--window", type=int, default=10,
+                     help="last-window length (steps) of the summary, and the moving average of the stability "
+                          "criteria (default: %(default)s)")
     rep.add_argument("--format-drop", type=float, default=20.0,
-                     help="stability: format %% falling more than this many points below its best counts as a drop (default: %(default)s)")
+                     help="stability: format %% falling more than this many points below its best counts as a "
+                          "drop (default: %(default)s)")
     rep.add_argument("--include-unfinished", action="store_true",
                      help="aggregate unfinished runs too (their last logged window), marked as partial")
     return p

@@ -179,8 +179,8 @@ def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, incl
 
 
 def _eval_order(name: str) -> tuple:
-    kind, _, k = name.partition("@")
-    return (kind, int(k.split()[0]) if k.split()[0].isdigit() else 0)
+    kind, _, k = name.partition("@")  # "pass@4 %": pass@k before maj@k, then k ascending
+    return (kind != "pass", kind, int(k.split()[0]) if k.split()[0].isdigit() else 0)
 
 
 def _fmt(interval: dict, digits: int = 2) -> str:
@@ -211,8 +211,8 @@ def summary_markdown(summary: dict, metric_names: list[str]) -> str:
     lines += ["", f"Stability per run (moving average over {w} steps): format drop = more than "
                   f"{summary['format_drop']:g} points below its best so far; entropy crossing = first step the "
                   "entropy goes above ln 2 from below.", "",
-              "| run | status | steps | first format drop | drop steps | largest drop (points) | entropy crosses ln 2 "
-              "| entropy > ln 2 at the end |", "|---|---|---|---|---|---|---|---|"]
+              "| run | status | steps | first format drop | drop steps | largest drop (points) "
+              "| entropy crosses ln 2 | entropy > ln 2 at the end |", "|---|---|---|---|---|---|---|---|"]
     for name, run in summary["runs"].items():
         st = run["stability"]
         status = run["status"] if run["status"] == "finished" else f"partial ({run['status']})"
