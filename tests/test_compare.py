@@ -201,3 +201,35 @@ def test_a_second_compare_on_a_running_study_is_refused_and_a_stale_lock_is_take
     with compare.StudyLock(tmp_path) as lock:
         assert lock.mine == f"{socket.gethostname()} {os.getpid()}"
         assert (tmp_path / compare.LOCK_FILE).read_text().strip() == lock.mine
+
+
+def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length(study, tmp_path):
+    import sys
+
+    spec, out = study
+    for arm, seed in [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("B", 2), ("A", 3)]:
+        record_path = compare.run_dir(out, arm, seed) / "run.json"
+        record = json.loads(record_path.read_text())
+        record["args"].update(TrainScriptArguments={"task": "synthetic"}, ModelConfig={"dtype": "bfloat16"})
+        record["args"]["GTPOConfig"]["max_completion_length"] = 96
+        record_path.write_text(json.dumps(record))
+    # A stand-in for the gtpo CLI: records its arguments and writes the results.json gtpo eval would.
+    fake = tmp_path / "fake_gtpo.py"
+    fake.write_text(
+        "import json, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "out = pathlib.Path(args[args.index('--output-dir') + 1]) / args[args.index('--task') + 1]\n"
+        "out.mkdir(parents=True)\n"
+        "(out / 'results.json').write_text(json.dumps({'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}}))\n"
+        "(out / 'argv.json').write_text(json.dumps(args))\n"
+    )
+    kwargs = dict(task=None, split="test", n=4, limit=40, max_new_tokens=None)
+    compare_report.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)
+    argvs = sorted(out.glob("runs/*/seed*/eval/synthetic/argv.json"))
+    assert len(argvs) == 6  # the unfinished A/seed3 is not evaluated
+    argv = json.loads(argvs[0].read_text())
+    assert argv[0] == "eval" and argv[argv.index("--max-new-tokens") + 1] == "96"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv[argv.index("-n") + 1] == "4"
+    before = [p.stat().st_mtime_ns for p in argvs]
+    compare_report.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)  # results exist: skipped
+    assert [p.stat().st_mtime_ns for p in argvs] == before
