@@ -89,8 +89,10 @@ def _draw_bands(ax, panel, arms: dict, used: list[str], arm_names: list[str]) ->
     ax.set_xlabel("step")
     ax.set_ylabel(panel.ylabel if len(used) != 1 or used[0] not in KEY_LABELS else KEY_LABELS[used[0]])
     ax.grid(True, alpha=0.3)
-    if panel.from_zero:
-        ax.set_ylim(bottom=0)
+    if panel.from_zero:  # as `gtpo plot`: a curve at 0 stays visible, an all-zero panel gets a unit axis
+        top = max((max(high) for _, (_, (_, _, _, high)) in arms.items() if high), default=0.0)
+        top = top * 1.05 if top > 0 else 1.0
+        ax.set_ylim(bottom=-0.02 * top, top=top)
     if panel.hline:
         value, text = panel.hline
         ax.axhline(value, color="gray", linestyle="--", linewidth=1, label=text)
