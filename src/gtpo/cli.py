@@ -57,6 +57,7 @@ COMMAND_HELP = {
     "eval": "pass@k / maj@k of a model on a task",
     "eval-plot": "plot pass@k and maj@k against k from eval results",
     "plot": "training-curve figures from one or more run folders",
+    "compare": "run arms (e.g. GTPO vs GRPO) over seeds, resumably, and compare them with 95% intervals",
 }
 
 
@@ -462,6 +463,7 @@ COMMANDS = {
     "eval": _eval_command("eval"),
     "eval-plot": _eval_command("eval-plot"),
     "plot": run_plot,
+    "compare": lambda argv: __import__("gtpo.compare", fromlist=["run_compare"]).run_compare(argv),
 }
 
 
