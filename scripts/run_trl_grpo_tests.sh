@@ -40,7 +40,8 @@ GTPO_REPO="$here" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$here/.venv/bin/pytho
 status=$?
 set -e
 tail -n 3 "$work/pytest.log"
-summary="$here/trl_compat_summary$([[ "${GTPO_TRL_COMPAT_BASELINE:-0}" == 1 ]] && echo _baseline).json"
+summary="$here/trl_compat_summary.json"
+if [[ "${GTPO_TRL_COMPAT_BASELINE:-0}" == 1 ]]; then summary="$here/trl_compat_summary_baseline.json"; fi
 cp "$work/trl_compat_summary.json" "$summary"
 "$here/.venv/bin/python" - "$summary" "$here/trl_compat_summary_baseline.json" <<'PY'
 import json, os, sys
