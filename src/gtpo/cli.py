@@ -103,6 +103,7 @@ class TrainScriptArguments(TaskArguments):
         metadata={"help": "Reward functions by name (gtpo.rewards.REWARD_FUNCS); the paper's: format accuracy."},
     )
     plot: bool = field(default=True, metadata={"help": "Write the training-curve figures into RUN_DIR/figures."})
+    collapse_warning: str = field(default="warn", metadata={"help": "Collapse early warning (gtpo.callbacks, docs/inspect.md): off, warn, save (also checkpoint) or stop (also end training).", "choices": ["off", "warn", "save", "stop"]})
 
 
 class _Parser:
@@ -309,6 +310,7 @@ def run_train(argv: list[str]) -> int:
     from trl import get_peft_config
 
     from gtpo import GTPOTrainer
+    from gtpo.callbacks import CollapseWarningCallback
     from gtpo.rewards import get_reward_funcs
     from gtpo.runlog import MetricsLogger
 
@@ -333,6 +335,7 @@ def run_train(argv: list[str]) -> int:
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsLogger(run_dir)],
     )
+    CollapseWarningCallback(action=script_args.collapse_warning).attach(trainer)  # first: loggers see monitor/*
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall = time.time() - start

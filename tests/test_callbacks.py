@@ -1,0 +1,153 @@
+"""CollapseWarningCallback: hand-made metric sequences replayed through ``on_log`` as a trainer would."""
+
+import logging
+import math
+
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from gtpo.callbacks import CollapseMonitor, CollapseRule, CollapseWarningCallback
+
+FMT = "rewards/format_reward/mean"
+
+
+def replay(callback, rows):
+    """Feed rows to on_log at steps 1..n; returns (control after each row, the logged dicts)."""
+    state, args = TrainerState(), TrainingArguments(output_dir="unused", report_to="none")
+    controls, logged = [], []
+    for step, row in enumerate(rows, start=1):
+        state.global_step = step
+        control = TrainerControl()
+        logs = dict(row)
+        callback.on_log(args, state, control, logs=logs)
+        controls.append(control)
+        logged.append(logs)
+    return controls, logged
+
+
+def collapsing_run():
+    """Entropy low, then rising past ln 2 from step 6; the format reward holds until step 10, then falls."""
+    entropy = [0.45, 0.42, 0.40, 0.41, 0.43, 0.70, 0.95, 1.20, 1.40, 1.60, 1.80, 2.0, 2.1, 2.2]
+    fmt = [10, 10, 10, 10, 10, 10, 10, 10, 9.5, 9, 6, 3, 1, 0]
+    return [{"entropy": h, FMT: f, "loss": 0.1} for h, f in zip(entropy, fmt)]
+
+
+def healthy_run():
+    """Entropy falling slowly with noise below ln 2 (one isolated spike), format reward steady."""
+    entropy = [0.66, 0.44, 0.52, 1.10, 0.42, 0.50, 0.48, 0.44, 0.53, 0.43, 0.42, 0.40, 0.26, 0.21, 0.13, 0.10]
+    return [{"entropy": h, FMT: 10.0 if i != 3 else 6.6} for i, h in enumerate(entropy)]
+
+
+def format_fall_step(rows, drop=0.25, alpha=0.3):
+    """Independent recomputation: first step whose smoothed format is `drop`·best below its best."""
+    ema, best = None, None
+    for step, row in enumerate(rows, start=1):
+        ema = row[FMT] if ema is None else alpha * row[FMT] + (1 - alpha) * ema
+        best = ema if best is None else max(best, ema)
+        if best - ema > drop * best:
+            return step
+    return None
+
+
+def test_rising_entropy_warns_before_the_format_reward_falls(caplog):
+    rows = collapsing_run()
+    callback = CollapseWarningCallback(action="warn")
+    with caplog.at_level(logging.WARNING, logger="gtpo.callbacks"):
+        controls, logged = replay(callback, rows)
+    warned = [s for s, logs in enumerate(logged, start=1) if logs["monitor/collapse_warning"] == 1.0]
+    fall = format_fall_step(rows)
+    assert fall is not None and warned and warned[0] < fall
+    # Hand EMA (α=0.3) of the entropy: 0.640 at step 7 (below ln 2), 0.808 at step 8 (rise 0.385 above the
+    # floor 0.423), 0.986 at step 9: two logs in a row, so with patience 2 the warning is at step 9; the
+    # smoothed format reward falls 25% below its best at step 12.
+    assert warned[0] == 9 and fall == 12
+    assert len([r for r in caplog.records if "possible policy collapse" in r.getMessage()]) == 1  # warns once
+    message = caplog.records[0].getMessage()
+    assert "ln 2" in message and "learning rate" in message and "entropy_gamma" in message
+    assert not any(c.should_training_stop or c.should_save for c in controls)  # warn only
+
+
+def test_entropy_ema_matches_a_plain_recomputation():
+    rows = collapsing_run()
+    _, logged = replay(CollapseWarningCallback(), rows)
+    ema = rows[0]["entropy"]
+    for row, logs in zip(rows[1:], logged[1:]):
+        ema = 0.3 * row["entropy"] + 0.7 * ema
+        assert logs["monitor/entropy_ema"] == pytest.approx(ema)
+
+
+def test_flat_healthy_run_never_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="gtpo.callbacks"):
+        _, logged = replay(CollapseWarningCallback(), healthy_run())
+    assert all(logs["monitor/collapse_warning"] == 0.0 for logs in logged)
+    assert not caplog.records
+
+
+def test_model_that_starts_above_ln2_is_not_flagged_for_its_own_entropy():
+    # Qwen-like: entropy ~1.0 from the start, flat: above ln 2 but never risen above its floor.
+    rows = [{"entropy": 1.0 + 0.02 * math.sin(i), FMT: 10.0} for i in range(30)]
+    _, logged = replay(CollapseWarningCallback(), rows)
+    assert not any(logs["monitor/collapse_warning"] for logs in logged)
+
+
+def test_stop_action_stops_training_at_the_warning_step_and_saves():
+    controls, logged = replay(CollapseWarningCallback(action="stop"), collapsing_run())
+    stopped = [s for s, c in enumerate(controls, start=1) if c.should_training_stop]
+    assert stopped == [9]
+    assert controls[8].should_save
+
+
+def test_save_action_saves_once_without_stopping():
+    controls, _ = replay(CollapseWarningCallback(action="save"), collapsing_run())
+    assert [s for s, c in enumerate(controls, start=1) if c.should_save] == [9]
+    assert not any(c.should_training_stop for c in controls)
+
+
+def test_off_action_adds_nothing_to_the_logs():
+    controls, logged = replay(CollapseWarningCallback(action="off"), collapsing_run())
+    assert all(not any(k.startswith("monitor/") for k in logs) for logs in logged)
+
+
+def test_gtpo_filtered_fraction_alone_triggers_the_warning():
+    # Entropy flat and low; the filter starts dropping most completions at step 4 (EMA ≥ 0.5 from step 5).
+    frac = [0.0, 0.0, 0.0, 0.9, 0.9, 0.9, 0.9]
+    rows = [{"entropy": 0.3, "gtpo/filtered_frac": f, FMT: 10.0} for f in frac]
+    _, logged = replay(CollapseWarningCallback(), rows)
+    # EMA: 0, 0, 0, 0.27, 0.459, 0.5913, 0.68391 -> ≥0.5 at steps 6 and 7 -> patience 2 -> step 7.
+    assert [s for s, l in enumerate(logged, 1) if l["monitor/collapse_warning"]][0] == 7
+    assert logged[-1]["monitor/filtered_frac_ema"] == pytest.approx(0.68391)
+
+
+def test_custom_format_key_is_read_and_rows_without_signals_are_left_alone():
+    monitor = CollapseMonitor(format_key="rewards/my_format/mean")
+    assert monitor.update({"eval_loss": 1.0}) == {}
+    out = monitor.update({"rewards/my_format/mean": 4.0})
+    assert out["monitor/format_ema"] == 4.0 and out["monitor/format_drop"] == 0.0
+
+
+def test_bad_action_and_rule_are_one_line_errors():
+    with pytest.raises(ValueError, match="collapse_warning must be one of off, warn, save, stop"):
+        CollapseWarningCallback(action="panic")
+    with pytest.raises(ValueError, match="patience must be >= 1"):
+        CollapseRule(patience=0)
+
+
+def test_gtpo_train_reads_collapse_warning_from_recipe_and_flag(tmp_path):
+    from gtpo import cli
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: smollm2\ncollapse_warning: off\n")  # YAML: False
+    (script_args, _, _), _ = cli.train_parser().parse(["--config", str(recipe)])
+    assert CollapseWarningCallback(action=script_args.collapse_warning).action == "off"
+    (script_args, _, _), _ = cli.train_parser().parse(["--config", str(recipe), "--collapse_warning", "stop"])
+    assert script_args.collapse_warning == "stop"
+    (script_args, _, _), _ = cli.train_parser().parse([], cli.DEFAULT_TRAIN_RECIPE)
+    assert script_args.collapse_warning == "warn"  # on by default, warning only
+
+
+def test_gtpo_train_bad_collapse_warning_is_one_line(capsys):
+    from gtpo import cli
+
+    assert cli.main(["train", "--collapse_warning", "panic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("gtpo: error: ") and "invalid choice: 'panic'" in err[-1] and "stop" in err[-1]
