@@ -1,6 +1,7 @@
 """CollapseWarningCallback: hand-made metric sequences replayed through ``on_log`` as a trainer would."""
 
 import logging
+from pathlib import Path
 import math
 
 import pytest
@@ -151,3 +152,39 @@ def test_gtpo_train_bad_collapse_warning_is_one_line(capsys):
     assert cli.main(["train", "--collapse_warning", "panic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("gtpo: error: ") and "invalid choice: 'panic'" in err[-1] and "stop" in err[-1]
+
+
+def _replay_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "replay_collapse.py"
+    spec = importlib.util.spec_from_file_location("replay_collapse", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_replay_script_measures_lead_time_and_false_alarms(tmp_path, capsys):
+    import json
+
+    script = _replay_script()
+    runs = {"collapse": collapsing_run(), "healthy": healthy_run()}
+    for name, rows in runs.items():
+        (tmp_path / name).mkdir()
+        lines = [json.dumps({"step": s, **row}) for s, row in enumerate(rows, start=1)]
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.json"
+    assert script.main([str(tmp_path / "collapse"), str(tmp_path / "healthy"), "--json", str(out)]) == 0
+    results = {Path(r["run"]).name: r for r in json.loads(out.read_text())}
+    # The callback test's hand figures: warning at 9; fall 12 is the first of 3 steps 25% below the best.
+    assert results["collapse"]["warning_step"] == 9 and results["collapse"]["fall_step"] == format_fall_step(runs["collapse"])
+    assert results["collapse"]["lead_steps"] == 3 and results["collapse"]["verdict"] == "early"
+    assert results["healthy"]["verdict"] == "quiet"
+    assert "false alarms: 0" in capsys.readouterr().out
+
+
+def test_replay_script_bad_file_is_one_line_error(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    assert _replay_script().main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "metrics.jsonl:2" in err[0]
