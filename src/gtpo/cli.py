@@ -58,6 +58,7 @@ COMMAND_HELP = {
     "eval": "pass@k / maj@k of a model on a task",
     "eval-plot": "plot pass@k and maj@k against k from eval results",
     "plot": "training-curve figures from one or more run folders",
+    "inspect": "one group through GTPO's eyes: conflict spans, λ, entropy and δ (docs/inspect.md)",
 }
 
 
@@ -474,6 +475,7 @@ COMMANDS = {
     "eval": _eval_command("eval"),
     "eval-plot": _eval_command("eval-plot"),
     "plot": run_plot,
+    "inspect": lambda argv: __import__("gtpo.inspect_group", fromlist=["run_inspect"]).run_inspect(argv),
 }
 
 
