@@ -66,6 +66,7 @@ def to_record(analysis, prompt, texts: list[str], tokens: list[list[str]], parts
     return {
         "settings": {k: settings[k] for k in sorted(settings)},
         "initial_entropy": analysis.initial_entropy,
+        "initial_entropy_given": settings.get("initial_entropy") is not None,
         "prompt": prompt,
         "completions": rows,
     }
@@ -109,7 +110,8 @@ def terminal_text(record: dict, combine: str = "union", color: bool = False) -> 
     lines = [f"gtpo inspect: {len(record['completions'])} completions; λ by {combine}; "
              f"spans ⟦forward⟧ ⟪backward⟫; {legend}; 1 elsewhere"]
     if record.get("initial_entropy") is not None:
-        lines.append(f"⟨H⟩_ini = {record['initial_entropy']:.3f} nats (δ: Eq. 6, mode {record['settings'].get('entropy_filter')})")
+        source = "" if record.get("initial_entropy_given") else ": this group's mean ⟨H⟩, a stand-in (give --initial-entropy)"
+        lines.append(f"⟨H⟩_ini = {record['initial_entropy']:.3f} nats{source}; δ by Eq. 6, mode {record['settings'].get('entropy_filter')}")
     for i, row in enumerate(record["completions"]):
         lines.append(_summary(i, row))
         lines.append(_token_line(row, combine, color))
@@ -135,7 +137,8 @@ def plot_group(record: dict, path: str | Path, combine: str = "union") -> Path:
         lam[i, :n] = [levels.index(float(v)) for v in r[f"lambda_{combine}"]]
         if "token_entropy" in r:
             ent[i, :n] = r["token_entropy"]
-    fig, axes = plt.subplots(1, 2, figsize=(min(40, 4 + 0.35 * width) * 1.2, 1 + 0.5 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(2, 1, figsize=(min(20, 4 + 0.2 * width), 1.5 + 0.7 * len(rows)), squeeze=False)
+    axes = axes.T  # (1, 2): λ on top, entropy below
     cmap = ListedColormap([COLORS[v] for v in levels]).with_extremes(bad=PAD_COLOR)
     axes[0, 0].imshow(np.ma.masked_invalid(lam), cmap=cmap, vmin=-0.5, vmax=3.5, aspect="auto", interpolation="nearest")
     axes[0, 0].set_title(f"λ ({combine}): red 0, grey 1, green 2, purple 4")
