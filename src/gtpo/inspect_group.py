@@ -279,7 +279,7 @@ def run_inspect(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     s = settings_from(args)
-    if args.group and (args.prompt or args.config and args.index):
+    if args.group and (args.prompt or args.index != 0):
         raise ValueError("--group reads a recorded group: leave out --prompt and --index")
     if args.prompt and "accuracy" in s["reward_funcs"] and args.answer is None:
         raise ValueError("--prompt with the accuracy reward needs --answer GOLD (or --reward-funcs format)")
