@@ -5,6 +5,7 @@ from pathlib import Path
 import math
 
 import pytest
+from transformers import TrainerCallback as TrainerCallbackBase
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from gtpo.callbacks import CollapseMonitor, CollapseRule, CollapseWarningCallback
@@ -188,3 +189,38 @@ def test_replay_script_bad_file_is_one_line_error(tmp_path, capsys):
     assert _replay_script().main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "metrics.jsonl:2" in err[0]
+
+
+@pytest.mark.parametrize("algorithm", ["trl-grpo", "gtpo"])
+def test_stop_action_ends_a_real_trl_and_gtpo_run_and_trackers_see_monitor_keys(tmp_path, tiny_model_path, algorithm):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+    from trainer_helpers import FixedGeneration, make_dataset, table_reward
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gtpo import GTPOConfig, GTPOTrainer
+
+    class Collector(TrainerCallbackBase):
+        def __init__(self):
+            self.logs = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logs.append(dict(logs or {}))
+
+    base, config = (GRPOTrainer, GRPOConfig) if algorithm == "trl-grpo" else (GTPOTrainer, GTPOConfig)
+    trainer_cls = type("Fixed", (FixedGeneration, base), {})
+    extra = {} if algorithm == "trl-grpo" else {"initial_entropy": 1.0}
+    args = config(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                  max_completion_length=4, max_steps=3, report_to=[], use_cpu=True, bf16=False, logging_steps=1,
+                  save_strategy="no", disable_tqdm=True, gradient_checkpointing=False, **extra)
+    collector = Collector()
+    trainer = trainer_cls(model=tiny_model_path, reward_funcs=table_reward, args=args,
+                          train_dataset=make_dataset(16), callbacks=[collector])
+    # A rule that fires on the first log: the random tiny model's entropy (~6 nats) is above 0.
+    CollapseWarningCallback(action="stop", rule=CollapseRule(entropy_threshold=0.0, entropy_rise=-1.0, patience=1)).attach(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 1  # stopped at the warning, not at max_steps=3
+    assert (tmp_path / "out" / "checkpoint-1").is_dir()  # and saved there
+    assert collector.logs[0]["monitor/collapse_warning"] == 1.0
+    assert collector.logs[0]["monitor/entropy_ema"] == pytest.approx(collector.logs[0]["entropy"])
