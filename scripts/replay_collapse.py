@@ -86,10 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-best", type=float, default=5.0, help="best smoothed format needed to fall (default 5)")
     parser.add_argument("--alpha", type=float, default=CollapseRule.alpha)
     parser.add_argument("--patience", type=int, default=CollapseRule.patience)
+    parser.add_argument("--entropy-rise", type=float, default=CollapseRule.entropy_rise)
+    parser.add_argument("--entropy-threshold", type=float, default=CollapseRule.entropy_threshold)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     try:
-        rule = CollapseRule(alpha=args.alpha, patience=args.patience)
+        rule = CollapseRule(alpha=args.alpha, patience=args.patience, entropy_rise=args.entropy_rise,
+                            entropy_threshold=args.entropy_threshold)
         results = [measure(p, args.format_key, rule, args.fall_drop, args.min_best, args.fall_patience) for p in args.runs]
     except (FileNotFoundError, ValueError) as err:
         print(f"replay_collapse: error: {err}", file=sys.stderr)
