@@ -174,7 +174,10 @@ class CollapseWarningCallback(TrainerCallback):
 
     def attach(self, trainer) -> CollapseWarningCallback:
         """Put this callback first in ``trainer``'s list, so every logger (trackers too) sees ``monitor/*``."""
-        trainer.callback_handler.callbacks.insert(0, self)
+        callbacks = trainer.callback_handler.callbacks
+        if self in callbacks:  # passed in callbacks= as well: move it, never run it twice
+            callbacks.remove(self)
+        callbacks.insert(0, self)
         return self
 
     def on_log(self, args, state, control, logs=None, **kwargs):
