@@ -43,14 +43,17 @@ class CollapseRule:
     (a model that starts above ln 2, like Qwen 2.5 in the paper, is not flagged for being itself), for
     ``patience`` consecutive logs. The filter signal fires when the smoothed fraction of completions
     dropped by GTPO's entropy filter is at least ``filtered_threshold`` for ``patience`` logs. The format
-    reward is reported (``monitor/format_drop``) but does not trigger: by the time it falls the collapse
-    has happened, and the point is to warn before.
+    signal is a backstop, not an early warning: it fires when the smoothed format reward has fallen more
+    than ``format_drop`` (a fraction) below its best smoothed value, best > 0, for ``patience`` logs. On
+    our recorded runs a too-high learning rate collapsed the output towards zero entropy, which the entropy
+    signal cannot see (docs/inspect.md, "Measured"), and ``save``/``stop`` should still act on that.
     """
 
     alpha: float = 0.3
     entropy_threshold: float = LN2
     entropy_rise: float = 0.2
     filtered_threshold: float = 0.5
+    format_drop: float = 0.3
     patience: int = 2
     warmup: int = 0  # logs ignored at the start (the first steps of a run are noisy)
 
@@ -91,6 +94,7 @@ class CollapseMonitor:
     format_best: float | None = None
     streak_entropy: int = 0
     streak_filtered: int = 0
+    streak_format: int = 0
     seen: int = 0
     fired: bool = False
     fired_step: int | None = None
@@ -119,6 +123,8 @@ class CollapseMonitor:
         if fmt is not None:
             self.format = _ema(self.format, fmt, rule.alpha)
             self.format_best = self.format if self.format_best is None else max(self.format_best, self.format)
+            fell = self.format_best > 0 and self.format_best - self.format > rule.format_drop * self.format_best
+            self.streak_format = self.streak_format + 1 if fell else 0
             out |= {"monitor/format_ema": self.format, "monitor/format_drop": self.format_best - self.format}
         if not self.fired and self.seen > rule.warmup:
             reasons = []
@@ -132,6 +138,12 @@ class CollapseMonitor:
                 reasons.append(
                     f"the entropy filter drops {100 * self.filtered:.0f}% of completions (smoothed), "
                     f"for {self.streak_filtered} logs"
+                )
+            if self.streak_format >= rule.patience:
+                reasons.append(
+                    f"the smoothed format reward ({self.format_key}) has fallen to {self.format:.3f}, more than "
+                    f"{100 * rule.format_drop:.0f}% below its best {self.format_best:.3f}, for {self.streak_format} "
+                    "logs (the collapse has started; the entropy signal did not fire first)"
                 )
             if reasons:
                 self.fired, self.fired_step, self.reasons = True, step, reasons
