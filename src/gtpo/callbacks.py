@@ -4,7 +4,8 @@ The paper (Sec. 4.2, Fig. 1 and Fig. 4) shows policy collapse arriving in a fixe
 completion entropy rises past ln 2 first, then the format reward breaks, then accuracy. KL reacts only
 after the fact. :class:`CollapseWarningCallback` reads only the ``logs`` dict of ``on_log``, so it works
 with TRL's ``GRPOTrainer`` and with ``GTPOTrainer`` alike, and warns once when the smoothed entropy has
-risen past ln 2 (or, under GTPO, when the entropy filter is dropping most completions).
+risen past ln 2 (or, under GTPO, when the entropy filter is dropping most completions), or, as a late
+backstop, when the smoothed format reward has fallen well below its best.
 
 >>> from gtpo.callbacks import CollapseWarningCallback
 >>> trainer.add_callback(CollapseWarningCallback(action="warn"))  # doctest: +SKIP
