@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import difflib
+import importlib
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ COMMAND_HELP = {
     "eval-plot": "plot pass@k and maj@k against k from eval results",
     "plot": "training-curve figures from one or more run folders",
     "compare": "run arms (e.g. GTPO vs GRPO) over seeds, resumably, and compare them with 95% intervals",
+    "inspect": "one group through GTPO's eyes: conflict spans, λ, entropy and δ (docs/inspect.md)",
 }
 
 
@@ -108,6 +110,7 @@ class TrainScriptArguments(TaskArguments):
         metadata={"help": "Reward functions by name (gtpo.rewards.REWARD_FUNCS); the paper's: format accuracy."},
     )
     plot: bool = field(default=True, metadata={"help": "Write the training-curve figures into RUN_DIR/figures."})
+    collapse_warning: str = field(default="warn", metadata={"help": "Collapse early warning (gtpo.callbacks, docs/inspect.md): off, warn, save (also checkpoint) or stop (also end training).", "choices": ["off", "warn", "save", "stop"]})
 
 
 class _Parser:
@@ -321,6 +324,7 @@ def run_train(argv: list[str]) -> int:
     from trl import get_peft_config
 
     from gtpo import GTPOTrainer, runfolder
+    from gtpo.callbacks import CollapseWarningCallback
     from gtpo.rewards import get_reward_funcs
     from gtpo.runlog import MetricsLogger
 
@@ -347,6 +351,7 @@ def run_train(argv: list[str]) -> int:
             peft_config=get_peft_config(model_args),
             callbacks=[MetricsLogger(run_dir)],
         )
+        CollapseWarningCallback(action=script_args.collapse_warning).attach(trainer)  # first: loggers see monitor/*
         start = time.time()
         runfolder.train(trainer, training_args.resume_from_checkpoint)
         wall = time.time() - start
@@ -457,13 +462,22 @@ def _eval_command(kind: str):
     return run
 
 
+def _lazy_command(module: str, function: str):
+    """A subcommand whose module (and its heavy imports) loads only when that subcommand runs."""
+    def run(argv: list[str]) -> int:
+        return getattr(importlib.import_module(module), function)(argv)
+
+    return run
+
+
 COMMANDS = {
     "train": run_train,
     "sft": run_sft,
     "eval": _eval_command("eval"),
     "eval-plot": _eval_command("eval-plot"),
     "plot": run_plot,
-    "compare": lambda argv: __import__("gtpo.compare", fromlist=["run_compare"]).run_compare(argv),
+    "compare": _lazy_command("gtpo.compare", "run_compare"),
+    "inspect": _lazy_command("gtpo.inspect_group", "run_inspect"),
 }
 
 
