@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gtpo import cli
+from gtpo import cli, train_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -175,7 +175,7 @@ def test_command_line_overrides_the_recipe(tmp_path):
 
 
 def test_default_run_dir_is_timestamped_under_runs():
-    path = cli.default_run_dir("smollm2-synthetic-gtpo", None)
+    path = train_cli.default_run_dir("smollm2-synthetic-gtpo", None)
     assert path.parent == Path("runs") and path.name.endswith("-smollm2-synthetic-gtpo")
 
 

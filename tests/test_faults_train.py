@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gtpo import cli, runfolder
+from gtpo import cli, policy, runfolder
 from gtpo.runlog import prepare_for_resume
 
 # One subprocess imports gtpo, transformers and TRL once, then runs each job (FAULT, ARGS) in a forked
@@ -486,7 +486,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path, tiny_
     def no_model(model_args, script_name):
         raise ValueError("the model could not be loaded")
 
-    monkeypatch.setattr(cli, "load_policy", no_model)
+    monkeypatch.setattr(policy, "load_policy", no_model)
     message = one_line_error(capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")])
     assert "could not be loaded" in message
     assert not (tmp_path / "run").exists()

