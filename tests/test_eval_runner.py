@@ -387,3 +387,12 @@ def test_per_row_sampler_draws_from_the_softmax_restricted_to_the_nucleus():
     # top-p 0.8: the smallest set of tokens with mass >= 0.8 is {0, 1} (0.64 + 0.24), renormalized.
     kept = probs[:2] / probs[:2].sum()
     assert torch.allclose(nucleus[:2], kept, atol=0.03) and nucleus[2:].sum() == 0
+
+
+def test_backends_refuse_a_seed_count_that_differs_from_the_prompt_count():
+    # Sample i is drawn with seeds[i] (per-sample seeds): a missing or extra seed would silently shift them.
+    from gtpo.eval.backends import _check_one_seed_per_prompt
+
+    _check_one_seed_per_prompt([[{"role": "user", "content": "1+1?"}]], [7])
+    with pytest.raises(ValueError, match="1 prompts and 2 seeds"):
+        _check_one_seed_per_prompt([[{"role": "user", "content": "1+1?"}]], [7, 8])

@@ -29,6 +29,12 @@ logger = logging.getLogger(__name__)
 Messages = list[dict]
 
 
+def _check_one_seed_per_prompt(prompts: Sequence, seeds: Sequence[int]) -> None:
+    """Both backends draw sample i with seeds[i] (docs/evaluation.md): one seed per prompt, no more, no less."""
+    if len(prompts) != len(seeds):
+        raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How completions are sampled. Defaults are the paper's evaluation: temperature 1.0, no top-p/top-k.
@@ -207,8 +213,7 @@ class TransformersBackend:
     ) -> list[Completion]:
         import torch
 
-        if len(prompts) != len(seeds):
-            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+        _check_one_seed_per_prompt(prompts, seeds)
         if not prompts:
             return []
         texts = [render_prompt(self.tokenizer, m) for m in prompts]
@@ -268,8 +273,7 @@ class VLLMBackend:
     ) -> list[Completion]:
         from vllm import SamplingParams
 
-        if len(prompts) != len(seeds):
-            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+        _check_one_seed_per_prompt(prompts, seeds)
         if not prompts:
             return []
         params = [
