@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +234,68 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     before = [p.stat().st_mtime_ns for p in argvs]
     compare_report.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)  # results exist: skipped
     assert [p.stat().st_mtime_ns for p in argvs] == before
+
+
+def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_complete(tmp_path):
+    """With eval settings in the spec, run_all trains a run, evaluates it, then calls --after-run, before the
+    next run starts: a study stopped between runs has every finished run complete (issue 18). The settings
+    live in compare.json, so a continued study (spec read back) evaluates with the same ones."""
+    import sys
+
+    fake = tmp_path / "fake_gtpo.py"  # stands in for the gtpo CLI: appends its verb and run to a shared log
+    fake.write_text(
+        "import json, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "log = pathlib.Path(sys.argv[0]).with_name('calls.log')\n"
+        "out = pathlib.Path(args[args.index('--output_dir' if args[0] == 'train' else '--output-dir') + 1])\n"
+        "with log.open('a') as f: f.write(args[0] + ' ' + str(out) + '\\n')\n"
+        "if args[0] == 'train':\n"
+        "    out.mkdir(parents=True, exist_ok=True); (out / 'model').mkdir()\n"
+        "    (out / 'run.json').write_text(json.dumps({'status': 'finished', 'args': {\n"
+        "        'GTPOConfig': {'max_steps': 1, 'max_completion_length': 8},\n"
+        "        'TrainScriptArguments': {'task': 'synthetic'}, 'ModelConfig': {'dtype': 'float32'}}}))\n"
+        "    (out / 'metrics.jsonl').write_text(json.dumps({'step': 1, 'reward': 1.0}) + '\\n')\n"
+        "else:\n"
+        "    (out / 'synthetic').mkdir(parents=True)\n"
+        "    (out / 'synthetic' / 'results.json').write_text(json.dumps(\n"
+        "        {'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}, 'argv': args}))\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_steps: 1\n")
+    out = tmp_path / "study"
+    settings = {**compare.EVAL_DEFAULTS, "n": 8, "limit": 100, "batch_size": 64, "dtype": "float32"}
+    compare.write_or_check_spec(Spec([Arm("a", str(recipe)), Arm("b", str(recipe))], [0], eval=settings), out)
+    spec = Spec.from_json(json.loads((out / compare.SPEC_FILE).read_text()))
+    assert spec.eval == settings
+    hook = f"echo hook $GTPO_RUN_DIR >> {tmp_path / 'calls.log'}"
+    assert compare.run_all(spec, out, [sys.executable, str(fake)], after_run=hook) == []
+    calls = (tmp_path / "calls.log").read_text().split()
+    a, b = str(compare.run_dir(out, "a", 0)), str(compare.run_dir(out, "b", 0))
+    assert calls == ["train", a, "eval", str(Path(a) / "eval"), "hook", a,
+                     "train", b, "eval", str(Path(b) / "eval"), "hook", b]
+    argv = json.loads((Path(a) / "eval" / "synthetic" / "results.json").read_text())["argv"]
+    assert argv[argv.index("--batch-size") + 1] == "64" and argv[argv.index("-n") + 1] == "8"
+    assert argv[argv.index("--limit") + 1] == "100" and argv[argv.index("--max-new-tokens") + 1] == "8"
+    assert argv[argv.index("--dtype") + 1] == "float32"  # the study's eval dtype wins over the run's
+    # Continuing: nothing to train or evaluate, so neither runs nor the hook is called again.
+    assert compare.run_all(spec, out, [sys.executable, str(fake)], after_run=hook) == []
+    assert (tmp_path / "calls.log").read_text().split() == calls
+    # Other evaluation settings for the same study are refused rather than mixed in.
+    with pytest.raises(ValueError, match="evaluates with"):
+        compare.write_or_check_spec(Spec(spec.arms, [0], eval={**settings, "n": 4}), out)
+
+
+def test_run_record_names_the_git_commit_of_the_code_that_runs():
+    """run.json's `code` is this checkout's HEAD (asked of git independently here), so a study's runs say which
+    code produced them."""
+    import subprocess
+
+    from gtpo.runfolder import code_version
+
+    package = Path(compare.__file__).parent
+    head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
+    version = code_version()
+    if head.returncode != 0:
+        assert version == {"git_commit": None, "git_dirty": None}
+    else:
+        assert version["git_commit"] == head.stdout.strip() and isinstance(version["git_dirty"], bool)

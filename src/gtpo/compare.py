@@ -95,14 +95,26 @@ class Spec:
     seeds: list[int]
     common: list[str] = field(default_factory=list)  # flags given to every run (after `--`)
     save_steps: int = 10
+    # Held-out evaluation of each finished run (gtpo eval), or None: task, split, n, limit, max_new_tokens,
+    # batch_size, dtype (see :data:`EVAL_DEFAULTS`). Kept in compare.json so that continuing a study evaluates too.
+    eval: dict | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if data["eval"] is None:
+            del data["eval"]  # compare.json of studies without evaluation stays as it was
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Spec:
         return cls([Arm(**a) for a in data["arms"]], [int(s) for s in data["seeds"]], list(data.get("common", [])),
-                   int(data.get("save_steps", 10)))
+                   int(data.get("save_steps", 10)), data.get("eval"))
+
+
+# What `--eval` evaluates unless told otherwise (task None: the run's own task; max_new_tokens None: the
+# run's max_completion_length; dtype None: the run's dtype).
+EVAL_DEFAULTS = {"task": None, "split": "test", "n": 4, "limit": 40, "max_new_tokens": None, "batch_size": 16,
+                 "dtype": None}
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
@@ -195,14 +207,29 @@ def missing_commands(spec: Spec, out: Path, launcher: list[str]) -> list[list[st
             for arm, seed, action, checkpoint in plan(spec, out) if action != "done"]
 
 
-def run_all(spec: Spec, out: Path, launcher: list[str]) -> list[str]:
-    """Run every missing run in turn; returns the names of runs that failed (empty when all finished)."""
+def _after_run(hook: str | None, folder: Path) -> None:
+    """Run the user's ``--after-run`` shell command for a run that just finished (and was evaluated), with
+    GTPO_RUN_DIR set to its folder; a failing hook is reported, never fatal (the study goes on)."""
+    if not hook:
+        return
+    result = subprocess.run(hook, shell=True, env={**os.environ, "GTPO_RUN_DIR": str(folder)})
+    if result.returncode != 0:
+        logger.error("--after-run exited with %d for %s", result.returncode, folder)
+
+
+def run_all(spec: Spec, out: Path, launcher: list[str], after_run: str | None = None) -> list[str]:
+    """Run every missing run in turn, each evaluated right after it finishes when the spec asks for it (so a
+    study stopped at any point has every finished run complete); returns the names of runs that failed."""
+    from gtpo import compare_report
+
     failed = []
     for arm, seed, action, checkpoint in plan(spec, out):
         name = f"{arm.name}/seed{seed}"
         folder = run_dir(out, arm.name, seed)
         if action == "done":
             logger.info("%s: finished, skipped", name)
+            if spec.eval is not None and compare_report.evaluate_run(arm, seed, out, launcher, **spec.eval) == "ran":
+                _after_run(after_run, folder)
             continue
         command = train_command(spec, arm, seed, out, launcher, checkpoint)
         if action == "resume":
@@ -222,6 +249,11 @@ def run_all(spec: Spec, out: Path, launcher: list[str]) -> list[str]:
         if result.returncode != 0:
             logger.error("%s: gtpo train exited with %d; see %s", name, result.returncode, folder / "train.log")
             failed.append(name)
+            continue
+        if spec.eval is not None and compare_report.evaluate_run(arm, seed, out, launcher, **spec.eval) == "failed":
+            failed.append(f"{name} (eval)")
+            continue
+        _after_run(after_run, folder)
     return failed
 
 
@@ -233,6 +265,10 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
         if (old.arms, old.common, old.save_steps) != (spec.arms, spec.common, spec.save_steps):
             raise ValueError(f"{path} describes a different study (arms or flags differ); use another --output-dir, "
                              "or rerun with the same arms and flags (`gtpo compare --output-dir OUT` reuses them)")
+        if old.eval is not None and spec.eval is not None and old.eval != spec.eval:
+            raise ValueError(f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
+                             "study's settings, or use another --output-dir")
+        spec.eval = spec.eval if spec.eval is not None else old.eval  # a study's evaluation, once set, stays
         spec.seeds = old.seeds + [s for s in spec.seeds if s not in old.seeds]  # more seeds may be added
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
@@ -339,14 +375,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the `gtpo train` command of every missing run and stop (run them on many GPUs or "
                           "nodes yourself, then `gtpo compare -o OUT --aggregate-only`)")
     how.add_argument("--aggregate-only", action="store_true", help="run nothing; aggregate the finished runs")
+    how.add_argument("--after-run", default=None, metavar="SHELL_COMMAND",
+                     help="a shell command run after each run finishes (and is evaluated), with GTPO_RUN_DIR set to "
+                          "its folder: e.g. to commit or upload it (a failure is reported, the study goes on)")
     ev = p.add_argument_group("held-out evaluation (gtpo eval on each finished run's model)")
-    ev.add_argument("--eval", action="store_true", help="evaluate every finished run's final model")
+    ev.add_argument("--eval", action="store_true",
+                    help="evaluate every run's final model right after it finishes; the settings are kept in "
+                         "compare.json, so continuing the study evaluates too")
     ev.add_argument("--eval-task", default=None, help="task (default: the recipe's task)")
-    ev.add_argument("--eval-split", default="test")
-    ev.add_argument("--eval-n", type=int, default=4,
-                    help="samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: %(default)s)")
-    ev.add_argument("--eval-limit", type=int, default=40, help="problems evaluated (default: %(default)s)")
+    ev.add_argument("--eval-split", default=None, help=f"default: {EVAL_DEFAULTS['split']}")
+    ev.add_argument("--eval-n", type=int, default=None,
+                    help=f"samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: {EVAL_DEFAULTS['n']})")
+    ev.add_argument("--eval-limit", type=int, default=None,
+                    help=f"problems evaluated (default: {EVAL_DEFAULTS['limit']})")
     ev.add_argument("--eval-max-new-tokens", type=int, default=None, help="default: the run's max_completion_length")
+    ev.add_argument("--eval-batch-size", type=int, default=None,
+                    help=f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})")
+    ev.add_argument("--eval-dtype", default=None,
+                    help="the evaluated model's dtype (default: the run's). On CPU, float32 samples a GGUF base "
+                         "model about 4x faster than bfloat16 (transformers keeps its weights packed)")
     rep = p.add_argument_group("aggregation")
     rep.add_argument("--window", type=int, default=10,
                      help="last-window length (steps) of the summary, and the moving average of the stability "
@@ -357,6 +404,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--include-unfinished", action="store_true",
                      help="aggregate unfinished runs too (their last logged window), marked as partial")
     return p
+
+
+def eval_settings(args: argparse.Namespace, current: dict | None = None) -> dict | None:
+    """The study's evaluation settings from ``--eval`` and ``--eval-*``: the flags given override the study's
+    current settings (or :data:`EVAL_DEFAULTS`); without ``--eval`` the current settings stay."""
+    if not args.eval:
+        return current
+    settings = dict(current or EVAL_DEFAULTS)
+    for key in EVAL_DEFAULTS:
+        value = getattr(args, f"eval_{key}")
+        if value is not None:
+            settings[key] = value
+    if settings["n"] < 1 or settings["limit"] < 1 or settings["batch_size"] < 1:
+        raise ValueError(f"--eval-n, --eval-limit and --eval-batch-size must be at least 1, got {settings}")
+    return settings
 
 
 def _split_common(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -377,15 +439,18 @@ def run_compare(argv: list[str]) -> int:
     if args.save_steps < 1:
         raise ValueError(f"--save-steps must be at least 1, got {args.save_steps}")
     if args.recipe or args.variant:
-        spec = Spec(parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps)
+        spec = Spec(parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps,
+                    eval_settings(args))
         write_or_check_spec(spec, out)
     else:
         path = out / SPEC_FILE
         if not path.is_file():
             raise ValueError(f"no {path}: give the arms (--recipe, --variant) to start a study in {out}")
         spec = Spec.from_json(json.loads(path.read_text()))
-        if args.seeds:
-            spec.seeds += [s for s in args.seeds if s not in spec.seeds]
+        evaluation = eval_settings(args, spec.eval)
+        if args.seeds or evaluation != spec.eval:
+            spec.seeds += [s for s in args.seeds or [] if s not in spec.seeds]
+            spec.eval = evaluation
             write_or_check_spec(spec, out)
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable, "-m", "gtpo.cli"]
     if args.dry_run:
@@ -397,10 +462,7 @@ def run_compare(argv: list[str]) -> int:
     if not args.aggregate_only:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         with StudyLock(out):
-            failed = run_all(spec, out, launcher)
-    if args.eval:
-        compare_report.evaluate_runs(spec, out, launcher, task=args.eval_task, split=args.eval_split, n=args.eval_n,
-                                     limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens)
+            failed = run_all(spec, out, launcher, args.after_run)
     summary = compare_report.aggregate(spec, out, window=args.window, format_drop=args.format_drop,
                                        include_unfinished=args.include_unfinished)
     print(f"gtpo compare: {summary['finished_runs']} of {summary['total_runs']} runs finished; "

@@ -223,30 +223,41 @@ def summary_markdown(summary: dict, metric_names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluate_runs(spec, out: Path, launcher: list[str], task: str | None, split: str, n: int, limit: int,
-                  max_new_tokens: int | None) -> None:
-    """`gtpo eval` every finished run's model into RUN/eval/<task>/ (skipped when its results.json exists)."""
+def evaluate_run(arm, seed: int, out: Path, launcher: list[str], task: str | None = None, split: str = "test",
+                 n: int = 4, limit: int = 40, max_new_tokens: int | None = None, batch_size: int = 16,
+                 dtype: str | None = None) -> str:
+    """`gtpo eval` one finished run's model into RUN/eval/<task>/.
+
+    Returns 'ran', 'skipped' (the run is unfinished, or its results.json exists) or 'failed'."""
     from gtpo.compare import run_dir, run_status
 
+    folder = run_dir(out, arm.name, seed)
+    if run_status(folder) != "finished":
+        return "skipped"
+    record = json.loads((folder / "run.json").read_text())["args"]
+    run_task = task or record["TrainScriptArguments"]["task"]
+    if (folder / "eval" / run_task / "results.json").is_file():
+        return "skipped"
+    tokens = max_new_tokens or record["GTPOConfig"]["max_completion_length"]
+    dtype = dtype or record["ModelConfig"].get("dtype")
+    command = [*launcher, "eval", "--model", str(folder / "model"), "--label", f"{arm.name}-seed{seed}",
+               "--task", run_task, "--split", split, "-n", str(n), "--limit", str(limit),
+               "--max-new-tokens", str(tokens), "--batch-size", str(batch_size), "--output-dir", str(folder / "eval"),
+               "--no-progress"]
+    if dtype and dtype != "auto":
+        command += ["--dtype", str(dtype)]
+    logger.info("%s/seed%d: evaluating", arm.name, seed)
+    with (folder / "eval.log").open("a") as log:
+        result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        logger.error("%s/seed%d: gtpo eval exited with %d; see %s", arm.name, seed, result.returncode,
+                     folder / "eval.log")
+        return "failed"
+    return "ran"
+
+
+def evaluate_runs(spec, out: Path, launcher: list[str], **settings) -> None:
+    """:func:`evaluate_run` for every (arm, seed) of the study; settings as :data:`gtpo.compare.EVAL_DEFAULTS`."""
     for arm in spec.arms:
         for seed in spec.seeds:
-            folder = run_dir(out, arm.name, seed)
-            if run_status(folder) != "finished":
-                continue
-            record = json.loads((folder / "run.json").read_text())["args"]
-            run_task = task or record["TrainScriptArguments"]["task"]
-            if (folder / "eval" / run_task / "results.json").is_file():
-                continue
-            tokens = max_new_tokens or record["GTPOConfig"]["max_completion_length"]
-            dtype = record["ModelConfig"].get("dtype")
-            command = [*launcher, "eval", "--model", str(folder / "model"), "--label", f"{arm.name}-seed{seed}",
-                       "--task", run_task, "--split", split, "-n", str(n), "--limit", str(limit),
-                       "--max-new-tokens", str(tokens), "--output-dir", str(folder / "eval"), "--no-progress"]
-            if dtype and dtype != "auto":
-                command += ["--dtype", str(dtype)]
-            logger.info("%s/seed%d: evaluating", arm.name, seed)
-            with (folder / "eval.log").open("a") as log:
-                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
-            if result.returncode != 0:
-                logger.error("%s/seed%d: gtpo eval exited with %d; see %s", arm.name, seed, result.returncode,
-                             folder / "eval.log")
+            evaluate_run(arm, seed, out, launcher, **settings)

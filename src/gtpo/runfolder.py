@@ -244,6 +244,27 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
     return run_dir
 
 
+def code_version() -> dict:
+    """The git commit of the gtpo code that is running (the checkout or worktree this package is imported from),
+    and whether its tracked files differ from that commit; both None for an installed, non-git copy."""
+    import subprocess
+
+    package = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            result = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": None, "git_dirty": None}
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return {"git_commit": commit, "git_dirty": bool(changed) if changed is not None else None}
+
+
 def run_record(command: list[str], recipe: dict, *dataclass_args) -> dict:
     """``run.json``'s content: the command line, the recipe it started from, every resolved argument, versions."""
     import dataclasses
@@ -264,6 +285,7 @@ def run_record(command: list[str], recipe: dict, *dataclass_args) -> dict:
         "args": args,
         "versions": {"gtpo": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
                      "torch": torch.__version__, "python": sys.version.split()[0]},
+        "code": code_version(),
         "started": _now(),
     }
 

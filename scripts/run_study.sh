@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Run, or continue, one of the studies committed under studies/, from a pinned copy of the code, and commit each
+# run (run.json, metrics.jsonl, eval/) and the refreshed summary as soon as it finishes.
+#
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO, lr 2e-4, 5 seeds, held-out eval
+#   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
+#
+# From the repository root, with nothing heavy beside it (2 cores: a run takes ~12 min alone, ~3x that beside
+# other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
+# worktree of that commit in .study/code-<commit> with its own .venv (scripts/setup.sh), so edits to the
+# checkout cannot change a running study. Every later call, on any machine, runs the same commit; finished runs
+# are skipped, an interrupted one resumes from its newest checkpoint (every 5 steps). Run it in the background:
+#   nohup setsid scripts/run_study.sh NAME >> studies/NAME.log 2>&1 &
+# Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?usage: scripts/run_study.sh NAME (smollm2-synthetic-lr2e-4 or smollm2-synthetic-lr1e-3)}
+study=studies/$name
+recipe=recipes/smollm2/synthetic/gtpo.yaml
+
+case $name in
+    smollm2-synthetic-lr2e-4)
+        # The recipe as shipped (lr 2e-4, 40 steps); held-out pass@k / maj@k, k = 1..8, on 100 test problems.
+        # float32 for the evaluation: transformers keeps the GGUF weights packed, and bf16 samples ~4x slower.
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo' --seeds 0 1 2 3 4
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 100 --eval-dtype float32
+              -- --max_steps 40) ;;
+    smollm2-synthetic-lr1e-3)
+        # The stress setting of the first, partial study: lr 1e-3, three arms, no held-out evaluation.
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --variant 'entropy-only:--conflict_correction false' --seeds 0 1 2
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 40) ;;
+    *) echo "run_study.sh: unknown study '$name'; known: smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3" >&2
+       exit 2 ;;
+esac
+
+mkdir -p "$study"
+[ -f "$study/code-commit" ] || git rev-parse HEAD > "$study/code-commit"
+commit=$(cat "$study/code-commit")
+code=.study/code-${commit:0:12}
+if [ ! -d "$code" ]; then
+    git worktree add --detach "$code" "$commit"
+fi
+bash "$code/scripts/setup.sh"
+python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
+
+# After each finished (and evaluated) run: refresh the summary and commit the run's small files with it.
+after_run=$(cat <<HOOK
+set -e
+"$python" -m gtpo.cli compare --output-dir "$study" --aggregate-only > /dev/null
+[ -n "\${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0
+for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    if git add -- "\$GTPO_RUN_DIR/run.json" "\$GTPO_RUN_DIR/metrics.jsonl" "\$GTPO_RUN_DIR/eval" "$study/compare.json" "$study/code-commit" "$study/summary.md" \
+            "$study/summary.json" "$study/figures" \
+        && git commit -q -m "study $name: \${GTPO_RUN_DIR#$study/runs/} finished" -- "$study"; then
+        exit 0
+    fi
+    sleep 10  # another git command holds the index: try again
+done
+exit 1
+HOOK
+)
+echo "run_study.sh: $name at $(date -u +%FT%TZ), code $commit"
+"$python" -m gtpo.cli compare --output-dir "$study" --after-run "$after_run" "${args[@]}"
