@@ -10,7 +10,7 @@
 # worktree of that commit in .study/code-<commit> with its own .venv (scripts/setup.sh), so edits to the
 # checkout cannot change a running study. Every later call, on any machine, runs the same commit; finished runs
 # are skipped, an interrupted one resumes from its newest checkpoint (every 5 steps). Run it in the background:
-#   nohup setsid scripts/run_study.sh NAME >> studies/NAME.log 2>&1 &
+#   mkdir -p .study; nohup setsid scripts/run_study.sh NAME >> .study/NAME.log 2>&1 &
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
