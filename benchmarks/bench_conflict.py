@@ -1,4 +1,4 @@
-"""Conflict-span detection: `gtpo.core.conflict_spans` against the paper's bincount algorithm.
+"""Conflict-span detection: `gtpo.core.algorithm.conflict_spans` against the paper's bincount algorithm.
 
 Run by hand (not in CI):  .venv/bin/python benchmarks/bench_conflict.py  [--quick] [--skip-paper] [--threads N]
 
@@ -47,7 +47,7 @@ import time
 
 import torch
 
-from gtpo.core import conflict_spans
+from gtpo.core.algorithm import conflict_spans
 
 PAPER_SHAPE = dict(group_size=12, length=1500, vocab=151_936)
 TABLE_G = (8, 12, 16, 64)
@@ -246,7 +246,7 @@ def head_to_head(skip_paper: bool) -> None:
     ours_rss = run_child("ours", g, t, v)
     fw, bw = conflict_spans(ids, mask, adv, g)
     print(f"spans found: forward {fw.sum(-1).tolist()}, backward {bw.sum(-1).tolist()} tokens per row")
-    rows = [("gtpo.core.conflict_spans", ours_time, ours_alloc, ours_rss["rss_peak_delta"])]
+    rows = [("gtpo.core.algorithm.conflict_spans", ours_time, ours_alloc, ours_rss["rss_peak_delta"])]
     if not skip_paper:
         paper = run_child("paper", g, t, v)  # one cold call in a fresh process
         rows.insert(0, ("paper (bincount, Listing 2)", paper["time_s"], paper["alloc_peak"], paper["rss_peak_delta"]))
@@ -264,14 +264,14 @@ def head_to_head(skip_paper: bool) -> None:
 
 
 def cost_table(device: str, quick: bool) -> None:
-    import gtpo.core_conflicts as core  # the two detection methods are selected through a private switch
+    from gtpo.core import conflicts  # the two detection methods are selected through this switch
 
     print(f"== 2. Our cost per call, one group, V={PAPER_SHAPE['vocab']:,}, device={device} ==")
-    print(f"   conflict_spans compares all row pairs for G <= {core._PAIRWISE_MAX_GROUP} and sorts above;")
+    print(f"   conflict_spans compares all row pairs for G <= {conflicts.PAIRWISE_MAX_GROUP} and sorts above;")
     print("   both methods are timed on every shape to show the crossover")
     print(f"{'G':>4}{'T':>7}{'time':>12}{'ns/token':>10}{'extra memory':>15}{'pairs only':>13}{'sorting only':>14}")
     lengths = TABLE_T[:2] if quick else TABLE_T
-    default_max = core._PAIRWISE_MAX_GROUP
+    default_max = conflicts.PAIRWISE_MAX_GROUP
     budget = 0.15 if quick else 0.25
     try:
         for g in TABLE_G:
@@ -282,13 +282,13 @@ def cost_table(device: str, quick: bool) -> None:
                 mem = allocator_peak_bytes(call, device)
                 method_times = []
                 for forced in (10**9, 0):  # pairs for every G, then sorting for every G
-                    core._PAIRWISE_MAX_GROUP = forced
+                    conflicts.PAIRWISE_MAX_GROUP = forced
                     method_times.append(median_time(call, device, budget_s=budget / 2))
-                core._PAIRWISE_MAX_GROUP = default_max
+                conflicts.PAIRWISE_MAX_GROUP = default_max
                 print(f"{g:>4}{t:>7}{fmt_time(s):>12}{s / (g * t) * 1e9:>10.1f}{fmt_bytes(mem):>15}"
                       f"{fmt_time(method_times[0]):>13}{fmt_time(method_times[1]):>14}")
     finally:
-        core._PAIRWISE_MAX_GROUP = default_max
+        conflicts.PAIRWISE_MAX_GROUP = default_max
     ids, mask, adv = make_groups(12, 1500, PAPER_SHAPE["vocab"], n_groups=64, device=device)
     s = median_time(lambda: conflict_spans(ids, mask, adv, 12), device)
     print(f"batched: 64 groups of 12x1500 in one call: {fmt_time(s)} ({fmt_time(s / 64)} per group)")

@@ -7,7 +7,7 @@
 
 At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
 which costs a second pass of the LM head (not of the model) over the same hidden states
-(`gtpo.untempered`); at temperature 1 that pass is skipped.
+(`gtpo.trainer.untempered`); at temperature 1 that pass is skipped.
 
 Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
 TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model).
@@ -114,7 +114,7 @@ def _build_model(name: str, device: str):
 def _dataset(n: int):
     from datasets import Dataset
 
-    from gtpo.prompts import SYSTEM_PROMPT
+    from gtpo.tasks.prompts import SYSTEM_PROMPT
 
     prompts = [
         [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"What is {i} + {2 * i}?"}]
@@ -140,7 +140,7 @@ def spread_reward(completions, **kwargs):
 
 def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
     from gtpo import GTPOConfig, GTPOTrainer
-    from gtpo.rewards import get_reward_funcs
+    from gtpo.tasks.rewards import get_reward_funcs
     from trl import GRPOConfig, GRPOTrainer
 
     settings = _settings(options)

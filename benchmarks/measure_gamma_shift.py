@@ -34,9 +34,9 @@ def main(argv=None) -> None:
     import torch
 
     from gtpo import GTPOConfig, GTPOTrainer, core
-    from gtpo.data import load_task
+    from gtpo.tasks.registry import load_task
     from gtpo.models import load_model, load_tokenizer
-    from gtpo.rewards import get_reward_funcs
+    from gtpo.tasks.rewards import get_reward_funcs
 
     rows = {"equal_groups": 0, "groups": 0, "zero_rows": 0, "zero_rows_updated": 0, "positive": 0, "flipped": 0,
             "kept_nonzero": 0}

@@ -2,7 +2,7 @@
 """Replay recorded metrics through the collapse rule and measure it: lead time and false alarms.
 
 For each run (a run folder or its metrics.jsonl) it prints the step the rule of
-``gtpo.callbacks.CollapseWarningCallback`` would have warned at, the step the format reward fell, the
+``gtpo.trainer.callbacks.CollapseWarningCallback`` would have warned at, the step the format reward fell, the
 lead time (fall − warning, in logged steps) and a verdict:
 
 - fall: the first step where the smoothed format reward (EMA, same α as the rule) is more than
@@ -25,8 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from gtpo.callbacks import DEFAULT_FORMAT_KEY, CollapseMonitor, CollapseRule
-from gtpo.runlog import read_metrics
+from gtpo.trainer.callbacks import DEFAULT_FORMAT_KEY, CollapseMonitor, CollapseRule
+from gtpo.runs.metrics_log import read_metrics
 
 
 def step_rows(rows: list[dict]) -> list[dict]:

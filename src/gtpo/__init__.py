@@ -4,9 +4,9 @@
 The trainer classes are imported lazily so that `import gtpo.core` stays light (no TRL import).
 """
 
-__version__ = "0.1.0"
+from gtpo.version import __version__
 
-_LAZY = {"GTPOTrainer": "gtpo.trainer", "GTPOConfig": "gtpo.config"}
+_LAZY = {"GTPOTrainer": "gtpo.trainer.trainer", "GTPOConfig": "gtpo.trainer.config"}
 
 
 def __getattr__(name):

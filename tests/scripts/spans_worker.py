@@ -33,7 +33,7 @@ from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainab
 
 from gtpo import GTPOConfig, GTPOTrainer, core  # noqa: E402
 from gtpo.models import tiny_model_dir  # noqa: E402
-from gtpo.trainer import BACKWARD_SPAN, FORWARD_SPAN  # noqa: E402
+from gtpo.trainer.trainer import BACKWARD_SPAN, FORWARD_SPAN  # noqa: E402
 
 
 class RecordingTrainer(FixedGeneration, GTPOTrainer):
