@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gtpo import cli
+
 from gtpo.cli import eval as eval_cli
 from gtpo.eval.backends import Completion
 from gtpo.eval.plots import plot_results
@@ -78,21 +78,21 @@ def test_cli_eval_then_plot(tmp_path, shared_data, monkeypatch, capsys):
     monkeypatch.setattr("gtpo.eval.runner.make_backend", lambda *args: RightAnswers())
     source = str(shared_data / "gsm8k" / "test.jsonl")
     out = tmp_path / "eval"
-    assert cli.main(["eval", "--model", "tiny", "--task", "gsm8k", "--source", source, "-n", "2", "--limit", "2",
+    assert eval_cli.main(["eval", "--model", "tiny", "--task", "gsm8k", "--source", source, "-n", "2", "--limit", "2",
                      "--output-dir", str(out), "--no-progress"]) == 0
     results = json.loads((out / "gsm8k" / "results.json").read_text())
     assert results["pass@k"]["1"] == pytest.approx(0.5)  # "18" is right for Janet's ducks only
     assert "pass@k" in capsys.readouterr().out
     figure = tmp_path / "fig.png"
-    assert cli.main(["plot", str(out), "-o", str(figure)]) == 0
+    assert eval_cli.main(["plot", str(out), "-o", str(figure)]) == 0
     assert figure.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_cli_bad_input_exits_with_a_message(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
-        cli.main(["eval", "--model", str(tmp_path / "missing"), "--output-dir", str(tmp_path)])
+        eval_cli.main(["eval", "--model", str(tmp_path / "missing"), "--output-dir", str(tmp_path)])
     assert info.value.code == 2
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["eval", "--model", "tiny", "--task", "gsm8k", "math500", "--source", "x.jsonl"])
+        eval_cli.main(["eval", "--model", "tiny", "--task", "gsm8k", "math500", "--source", "x.jsonl"])
     assert "give one --task" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def install(fault):
             return Dying()
         backends.per_row_sampler = sampler
     elif fault["at"] == "append":  # while writing the n-th batch: part of its bytes reach the file
-        original_append = runner._append_records
+        original_append = runner.append_records
         def append(path, records):
             calls["append"] += 1
             if calls["append"] != fault["call"]:
@@ -69,15 +69,15 @@ def install(fault):
             with open(path, "ab") as f:
                 f.write(data); f.flush(); os.fsync(f.fileno())
             die()
-        runner._append_records = append
+        runner.append_records = append
     elif fault["at"] == "results":  # results.json half written to its temporary file
-        original_write = runner._write_json_atomic
+        original_write = runner.write_json_atomic
         def write(path, payload):
             if path.name != "results.json":
                 return original_write(path, payload)
             path.with_suffix(".json.tmp").write_text(json.dumps(payload)[:50])
             die()
-        runner._write_json_atomic = write
+        runner.write_json_atomic = write
 
 for line in sys.stdin:
     fault, argv = json.loads(line)
