@@ -19,9 +19,15 @@ PACKAGE = SRC / "gtpo"
 # (the `from gtpo import GTPOTrainer` facade) is on top; `version` at the bottom.
 FLOORS = {
     "version": 0,
-    "errors": 1, "models": 1, "core": 1, "grading": 1,
-    "tasks": 2, "runs": 2,
-    "trainer": 3, "eval": 3, "compare": 3,
+    "errors": 1,
+    "models": 1,
+    "core": 1,
+    "grading": 1,
+    "tasks": 2,
+    "runs": 2,
+    "trainer": 3,
+    "eval": 3,
+    "compare": 3,
     "inspection": 4,
     "cli": 5,
     "gtpo": 6,
@@ -120,8 +126,9 @@ def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
 
 def _layer_edges() -> set[tuple[str, str, str]]:
     """(importing module, its layer, imported layer) for every import that crosses layers."""
-    return {(name, layer(name), layer(dep)) for name, deps in _graph().items() for dep in deps
-            if layer(dep) != layer(name)}
+    return {
+        (name, layer(name), layer(dep)) for name, deps in _graph().items() for dep in deps if layer(dep) != layer(name)
+    }
 
 
 def test_the_graph_sees_real_imports():
@@ -151,8 +158,13 @@ def test_only_cli_imports_cli():
 
 
 def test_no_private_name_is_taken_from_another_package():
-    offenders = sorted((name, dep, n) for name, deps in _graph().items() for dep, names in deps.items()
-                       for n in names if layer(dep) != layer(name) and n.startswith("_") and not n.startswith("__"))
+    offenders = sorted(
+        (name, dep, n)
+        for name, deps in _graph().items()
+        for dep, names in deps.items()
+        for n in names
+        if layer(dep) != layer(name) and n.startswith("_") and not n.startswith("__")
+    )
     assert offenders == []
 
 
@@ -182,8 +194,17 @@ def test_no_module_over_400_lines(path):
 
 def test_every_layer_is_a_package_with_a_docstring():
     packages = [p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
-    assert {p.name for p in packages} == {"core", "grading", "tasks", "trainer", "runs", "eval", "compare",
-                                          "inspection", "cli"}
+    assert {p.name for p in packages} == {
+        "core",
+        "grading",
+        "tasks",
+        "trainer",
+        "runs",
+        "eval",
+        "compare",
+        "inspection",
+        "cli",
+    }
     for p in packages:
         doc = ast.get_docstring(ast.parse((p / "__init__.py").read_text()))
         assert doc and len(doc.splitlines()[0]) > 20, f"{p.name}/__init__.py needs a docstring saying what it is"

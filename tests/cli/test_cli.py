@@ -4,15 +4,11 @@ that ends in one clear line (exit status 2, no traceback)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from cli_helpers import gtpo_command, run_gtpo, tiny_train_args
-
+from cli_helpers import run_gtpo, tiny_train_args
 from gtpo import cli
 from gtpo.cli import arguments, run_setup
 from gtpo.cli.main import COMMANDS
@@ -134,7 +130,9 @@ def test_debug_flag_shows_the_traceback():
 
 
 def test_no_arguments_runs_the_offline_default_recipe():
-    (script_args, training_args, model_args), recipe = arguments.train_parser().parse([], arguments.DEFAULT_TRAIN_RECIPE)
+    (script_args, training_args, model_args), recipe = arguments.train_parser().parse(
+        [], arguments.DEFAULT_TRAIN_RECIPE
+    )
     assert recipe == arguments.DEFAULT_TRAIN_RECIPE
     assert model_args.model_name_or_path == "smollm2" and model_args.dtype == "bfloat16"
     assert (model_args.use_peft, model_args.lora_r) == (True, 16)
@@ -148,7 +146,9 @@ def test_no_arguments_runs_the_offline_default_recipe():
 
 def test_command_line_overrides_the_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model_name_or_path: tiny\nlearning_rate: 1.0e-6\nnum_generations: 4\nper_device_train_batch_size: 4\n")
+    recipe.write_text(
+        "model_name_or_path: tiny\nlearning_rate: 1.0e-6\nnum_generations: 4\nper_device_train_batch_size: 4\n"
+    )
     (_, training_args, model_args), _ = arguments.train_parser().parse(
         ["--config", str(recipe), "--learning_rate", "3e-6"], arguments.DEFAULT_TRAIN_RECIPE
     )

@@ -19,8 +19,8 @@ import pytest
 
 from gtpo import cli
 from gtpo.runs import folder as runfolder
-from gtpo.trainer import policy
 from gtpo.runs.metrics_log import prepare_for_resume
+from gtpo.trainer import policy
 
 # One subprocess imports gtpo, transformers and TRL once, then runs each job (FAULT, ARGS) in a forked
 # child: `gtpo.cli.main(ARGS)` with a SIGKILL arranged at FAULT. The child is killed as `kill -9` would
@@ -128,7 +128,7 @@ def run_jobs(jobs: list[tuple[str, list[str]]], logs: Path) -> list[tuple[int, s
                             capture_output=True, text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     statuses = json.loads(result.stdout.strip().splitlines()[-1])
-    return [(status, Path(log).read_text()) for status, (_, _, log) in zip(statuses, spec)]
+    return [(status, Path(log).read_text()) for status, (_, _, log) in zip(statuses, spec, strict=False)]
 
 
 def step_rows(run_dir: Path) -> list[dict]:
@@ -180,7 +180,7 @@ def assert_equals_the_reference(run_dir: Path, reference: Path, steps: int, keys
     the adapter bit-identical to the reference's."""
     rows, expected = step_rows(run_dir), step_rows(reference)
     assert [row["step"] for row in rows] == list(range(1, steps + 1))  # each step exactly once
-    for row, ref in zip(rows, expected):
+    for row, ref in zip(rows, expected, strict=False):
         for key in keys:
             assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (row["step"], key)
     times = [row["time"] for row in rows]
@@ -207,7 +207,9 @@ def test_kill_9_then_resume_last_equals_the_uninterrupted_run(fault, resumed_fro
 
     assert resumed == 0, resumed_log[-3000:]
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "finished" and record["resumed"][0]["from"] == str(run_dir / f"checkpoint-{resumed_from}")
+    assert record["status"] == "finished" and record["resumed"][0]["from"] == str(
+        run_dir / f"checkpoint-{resumed_from}"
+    )
 
     assert_equals_the_reference(run_dir, reference, MAX_STEPS, TRAIN_KEYS)
 
@@ -262,22 +264,48 @@ def incomplete_checkpoint(run_dir: Path, step: int) -> Path:
 
 # (id, arrange(tmp) -> extra argv, words the one line must contain, folder that must not exist afterwards)
 BAD_TRAIN_INPUTS = [
-    ("output-dir-is-a-file", lambda t: (t / "f").write_text("x") and ["--output_dir", str(t / "f")], ["is a file", "--output_dir"], None),
-    ("output-dir-under-a-file", lambda t: (t / "f").write_text("x") and ["--output_dir", str(t / "f" / "run")], ["is a file", "f"], None),
-    ("hub-name-that-does-not-exist", lambda t: ["--model_name_or_path", "smollm", "--output_dir", str(t / "run")], ["'smollm'", "smollm2", "tiny"], "run"),
-    ("dtype-float33", lambda t: ["--dtype", "float33", "--output_dir", str(t / "run")], ["--dtype", "float33", "float32"], "run"),
-    ("max-steps-negative", lambda t: ["--max_steps", "-3", "--output_dir", str(t / "run")], ["--max_steps -3", "-1"], "run"),
-    ("max-steps-zero", lambda t: ["--max_steps", "0", "--output_dir", str(t / "run")], ["--max_steps 0", "positive"], "run"),
-    ("finished-folder-reused", lambda t: ["--output_dir", str(finished_run(t / "done"))], ["already holds a run", "finished", "--resume_from_checkpoint last", "--overwrite_output_dir true"], None),
-    ("resume-last-without-output-dir", lambda t: ["--resume_from_checkpoint", "last"], ["give --output_dir"], None),
-    ("resume-true-without-a-checkpoint", lambda t: ["--resume_from_checkpoint", "true", "--output_dir", str(finished_run(t / "done"))], ["no complete checkpoint", "done"], None),
-    ("resume-from-incomplete-checkpoint", lambda t: ["--resume_from_checkpoint", str(incomplete_checkpoint(t / "r", 4))], ["checkpoint-4", "trainer_state.json", "last"], None),
-    ("resume-and-overwrite", lambda t: ["--resume_from_checkpoint", "last", "--overwrite_output_dir", "true", "--output_dir", str(t / "run")], ["contradict"], "run"),
+    ("output-dir-is-a-file",
+     lambda t: (t / "f").write_text("x") and ["--output_dir", str(t / "f")],
+     ["is a file", "--output_dir"], None),
+    ("output-dir-under-a-file",
+     lambda t: (t / "f").write_text("x") and ["--output_dir", str(t / "f" / "run")],
+     ["is a file", "f"], None),
+    ("hub-name-that-does-not-exist",
+     lambda t: ["--model_name_or_path", "smollm", "--output_dir", str(t / "run")],
+     ["'smollm'", "smollm2", "tiny"], "run"),
+    ("dtype-float33",
+     lambda t: ["--dtype", "float33", "--output_dir", str(t / "run")],
+     ["--dtype", "float33", "float32"], "run"),
+    ("max-steps-negative",
+     lambda t: ["--max_steps", "-3", "--output_dir", str(t / "run")],
+     ["--max_steps -3", "-1"], "run"),
+    ("max-steps-zero",
+     lambda t: ["--max_steps", "0", "--output_dir", str(t / "run")],
+     ["--max_steps 0", "positive"], "run"),
+    ("finished-folder-reused",
+     lambda t: ["--output_dir", str(finished_run(t / "done"))],
+     ["already holds a run", "finished", "--resume_from_checkpoint last", "--overwrite_output_dir true"], None),
+    ("resume-last-without-output-dir",
+     lambda t: ["--resume_from_checkpoint", "last"],
+     ["give --output_dir"], None),
+    ("resume-true-without-a-checkpoint",
+     lambda t: ["--resume_from_checkpoint", "true", "--output_dir", str(finished_run(t / "done"))],
+     ["no complete checkpoint", "done"], None),
+    ("resume-from-incomplete-checkpoint",
+     lambda t: ["--resume_from_checkpoint", str(incomplete_checkpoint(t / "r", 4))],
+     ["checkpoint-4", "trainer_state.json", "last"], None),
+    ("resume-and-overwrite",
+     lambda t: ["--resume_from_checkpoint", "last", "--overwrite_output_dir", "true", "--output_dir", str(t / "run")],
+     ["contradict"], "run"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("arrange, words, absent", [c[1:] for c in BAD_TRAIN_INPUTS], ids=[c[0] for c in BAD_TRAIN_INPUTS])
-def test_bad_train_input_is_one_line_and_leaves_no_run_folder(arrange, words, absent, tmp_path, tiny_model_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "arrange, words, absent", [c[1:] for c in BAD_TRAIN_INPUTS], ids=[c[0] for c in BAD_TRAIN_INPUTS]
+)
+def test_bad_train_input_is_one_line_and_leaves_no_run_folder(
+    arrange, words, absent, tmp_path, tiny_model_path, capsys, monkeypatch
+):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = ["train", "--model_name_or_path", tiny_model_path, "--max_steps", "2"] + arrange(tmp_path)
     message = one_line_error(capsys, argv)
@@ -304,7 +332,9 @@ def test_a_full_disk_at_the_start_is_one_line_and_leaves_no_folder(tmp_path, tin
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(runfolder, "write_json", full)
-    message = one_line_error(capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")])
+    message = one_line_error(
+        capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")]
+    )
     assert "no space left" in message and "run.json" in message and "--output_dir" in message
     assert not (tmp_path / "run").exists()
 
@@ -336,7 +366,9 @@ def test_a_folder_that_cannot_be_made_is_one_line(tmp_path, tiny_model_path, cap
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", denied)
-    message = one_line_error(capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")])
+    message = one_line_error(
+        capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")]
+    )
     assert "permission denied" in message and str(tmp_path / "run") in message
 
 
@@ -357,7 +389,11 @@ BAD_PLOT_INPUTS = [
     ("empty-metrics", lambda t: [run_with_metrics(t, "")], ["no logged step", "r"]),
     ("rows-are-arrays", lambda t: [run_with_metrics(t, "[1, 2]\n[3]\n")], ["metrics.jsonl:1", "'step'"]),
     ("no-metrics-file", lambda t: [run_with_metrics(t, None)], ["no metrics.jsonl"]),
-    ("output-is-a-file", lambda t: [run_with_metrics(t, '{"step": 1, "reward": 1.0}\n'), "-o", a_file(t / "o")], ["is a file", "-o"]),
+    (
+        "output-is-a-file",
+        lambda t: [run_with_metrics(t, '{"step": 1, "reward": 1.0}\n'), "-o", a_file(t / "o")],
+        ["is a file", "-o"],
+    ),
 ]
 
 
@@ -385,7 +421,7 @@ def test_latest_checkpoint_skips_incomplete_ones_newest_first(tmp_path):
         path = run_dir / f"checkpoint-{step}"
         path.mkdir()
         if state:
-            (path / "trainer_state.json").write_text('{"global_step": 1' if torn else '{"global_step": %d}' % step)
+            (path / "trainer_state.json").write_text('{"global_step": 1' if torn else f'{{"global_step": {step}}}')
         if weights:
             (path / "adapter_model.safetensors").write_bytes(b"w")
         if gtpo:
@@ -489,6 +525,8 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path, tiny_
         raise ValueError("the model could not be loaded")
 
     monkeypatch.setattr(policy, "load_policy", no_model)
-    message = one_line_error(capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")])
+    message = one_line_error(
+        capsys, ["train", "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run")]
+    )
     assert "could not be loaded" in message
     assert not (tmp_path / "run").exists()

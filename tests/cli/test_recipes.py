@@ -57,8 +57,20 @@ def test_rl_recipe_loads_with_listing_1_settings(path):
     assert args.optim == "paged_adamw_8bit" and args.num_train_epochs == 1 and args.num_iterations == 1
     assert args.logging_steps == 1 and args.save_steps == 500 and args.gradient_accumulation_steps == 1
     assert args.max_completion_length == 1500 and args.vllm_gpu_memory_utilization == 0.4
-    assert model_args.load_in_4bit and model_args.use_peft and model_args.lora_r == (128 if "llama" in path.parts[-3] else 64)
-    assert set(model_args.lora_target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert (
+        model_args.load_in_4bit
+        and model_args.use_peft
+        and model_args.lora_r == (128 if "llama" in path.parts[-3] else 64)
+    )
+    assert set(model_args.lora_target_modules) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
     # one prompt per device and step: per_device_train_batch_size counts completions in TRL
     assert args.num_generations == int(path.stem.rsplit("-g", 1)[1])
     assert args.per_device_train_batch_size == args.generation_batch_size == args.num_generations

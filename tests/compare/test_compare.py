@@ -34,8 +34,16 @@ RECORDED = {
 
 def write_run(folder, fmt, acc, ent, finished=True):
     folder.mkdir(parents=True)
-    rows = [{"step": s + 1, "reward": f + a, "rewards/format_reward/mean": f, "rewards/accuracy_reward/mean": a,
-             "entropy": e} for s, (f, a, e) in enumerate(zip(fmt, acc, ent))]
+    rows = [
+        {
+            "step": s + 1,
+            "reward": f + a,
+            "rewards/format_reward/mean": f,
+            "rewards/accuracy_reward/mean": a,
+            "entropy": e,
+        }
+        for s, (f, a, e) in enumerate(zip(fmt, acc, ent, strict=False))
+    ]
     # A resumed run logged step 3 twice: the later row is the one that counts.
     rows.insert(2, {**rows[2], "rewards/format_reward/mean": 0.0, "reward": 0.0})
     rows.append({"step": len(fmt), "train_runtime": 1.0})  # the trainer's final summary row, no reward
@@ -101,8 +109,14 @@ def test_stability_finds_the_format_drop_and_the_upward_ln2_crossing(study):
 
 def test_held_out_pass_and_maj_at_k_enter_the_summary_in_percent(study):
     spec, out = study
-    for (arm, seed), p1 in {("A", 0): 0.5, ("A", 1): 0.25, ("A", 2): 0.75, ("B", 0): 0.5, ("B", 1): 0.25,
-                            ("B", 2): 0.5}.items():
+    for (arm, seed), p1 in {
+        ("A", 0): 0.5,
+        ("A", 1): 0.25,
+        ("A", 2): 0.75,
+        ("B", 0): 0.5,
+        ("B", 1): 0.25,
+        ("B", 2): 0.5,
+    }.items():
         folder = compare.run_dir(out, arm, seed) / "eval" / "synthetic"
         folder.mkdir(parents=True)
         results = {"ks": [1, 2], "pass@k": {"1": p1, "2": 1.0}, "maj@k": {"1": p1, "2": p1}}
@@ -146,7 +160,9 @@ def test_arms_from_variants_and_bad_arm_specs_are_refused_in_one_line(tmp_path):
     recipe.write_text("algorithm: gtpo\n")
     arms = compare.parse_arms([str(recipe)], ["gtpo:", "grpo:--algorithm grpo --learning_rate 1e-3"])
     assert [(a.name, a.args) for a in arms] == [
-        ("gtpo", []), ("grpo", ["--algorithm", "grpo", "--learning_rate", "1e-3"])]
+        ("gtpo", []),
+        ("grpo", ["--algorithm", "grpo", "--learning_rate", "1e-3"]),
+    ]
     assert compare.parse_arms([f"x={recipe}"], [])[0].name == "x"
     for recipes, variants, message in [
         ([str(recipe), str(recipe)], ["a:"], "exactly one --recipe"),
@@ -177,8 +193,19 @@ def test_compare_help_documents_resume_statistics_and_many_gpus(capsys):
         cli.main(["compare", "--help"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0
-    for text in ("gtpo compare", "--variant", "--seeds", "resumes", "95%", "no detectable", "--dry-run",
-                 "--launcher", "--eval", "ln 2", "--format-drop"):
+    for text in (
+        "gtpo compare",
+        "--variant",
+        "--seeds",
+        "resumes",
+        "95%",
+        "no detectable",
+        "--dry-run",
+        "--launcher",
+        "--eval",
+        "ln 2",
+        "--format-drop",
+    ):
         assert text in out, text
 
 
@@ -194,9 +221,8 @@ def test_a_second_compare_on_a_running_study_is_refused_and_a_stale_lock_is_take
     import os
     import socket
 
-    with compare.StudyLock(tmp_path):
-        with pytest.raises(ValueError, match="another gtpo compare"):
-            compare.StudyLock(tmp_path).__enter__()
+    with compare.StudyLock(tmp_path), pytest.raises(ValueError, match="another gtpo compare"):
+        compare.StudyLock(tmp_path).__enter__()
     assert not (tmp_path / compare.LOCK_FILE).exists()
     # A lock left by a process that is gone (pid 0 is never a live process here) is taken over.
     (tmp_path / compare.LOCK_FILE).write_text(f"{socket.gethostname()} 0\n")
@@ -272,8 +298,20 @@ def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_comple
     assert compare.run_all(spec, out, [sys.executable, str(fake)], after_run=hook) == []
     calls = (tmp_path / "calls.log").read_text().split()
     a, b = str(compare.run_dir(out, "a", 0)), str(compare.run_dir(out, "b", 0))
-    assert calls == ["train", a, "eval", str(Path(a) / "eval"), "hook", a,
-                     "train", b, "eval", str(Path(b) / "eval"), "hook", b]
+    assert calls == [
+        "train",
+        a,
+        "eval",
+        str(Path(a) / "eval"),
+        "hook",
+        a,
+        "train",
+        b,
+        "eval",
+        str(Path(b) / "eval"),
+        "hook",
+        b,
+    ]
     argv = json.loads((Path(a) / "eval" / "synthetic" / "results.json").read_text())["argv"]
     assert argv[argv.index("--batch-size") + 1] == "64" and argv[argv.index("-n") + 1] == "8"
     assert argv[argv.index("--limit") + 1] == "100" and argv[argv.index("--max-new-tokens") + 1] == "8"

@@ -21,11 +21,29 @@ def test_compare_runs_every_arm_and_seed_and_a_rerun_finishes_only_the_interrupt
     done.mkdir(parents=True)
     (done / "model").mkdir()
     (done / "run.json").write_text(json.dumps({"status": "finished", "args": {"GTPOConfig": {"max_steps": 2}}}))
-    (done / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 1.0, "entropy": 1.0}) + "\n"
-                                                for s in (1, 2)))
+    (done / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "reward": 1.0, "entropy": 1.0}) + "\n" for s in (1, 2))
+    )
     done_files = {p: p.read_bytes() for p in done.rglob("*") if p.is_file()}
-    first = run_gtpo(["compare", "--recipe", str(recipe), "--variant", "gtpo:", "--variant", "grpo:--algorithm grpo",
-                      "--seeds", "0", "1", "--save-steps", "1", "-o", str(study)], cwd=tmp_path)
+    first = run_gtpo(
+        [
+            "compare",
+            "--recipe",
+            str(recipe),
+            "--variant",
+            "gtpo:",
+            "--variant",
+            "grpo:--algorithm grpo",
+            "--seeds",
+            "0",
+            "1",
+            "--save-steps",
+            "1",
+            "-o",
+            str(study),
+        ],
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((study / "summary.json").read_text())
     assert (summary["finished_runs"], summary["total_runs"]) == (4, 4)
@@ -49,13 +67,16 @@ def test_compare_runs_every_arm_and_seed_and_a_rerun_finishes_only_the_interrupt
     assert second.returncode == 0, second.stderr[-3000:]
     for path, text in logs_before.items():
         if path.parent == killed:
-            assert "--resume_from_checkpoint" in path.read_text()[len(text):], "the interrupted run must resume"
+            assert "--resume_from_checkpoint" in path.read_text()[len(text) :], "the interrupted run must resume"
             assert str(killed / "checkpoint-1") in path.read_text()
         else:
             assert path.read_text() == text, f"{path.parent} was finished and must not run again"
     assert {p: p.read_bytes() for p in done.rglob("*") if p.is_file()} == done_files
-    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()
-             if "reward" in json.loads(line)]
+    steps = [
+        json.loads(line)["step"]
+        for line in (killed / "metrics.jsonl").read_text().splitlines()
+        if "reward" in json.loads(line)
+    ]
     assert steps == [1, 2], "a resumed run keeps one metrics row per step"
     assert (killed / "model").is_dir()
     assert json.loads((study / "summary.json").read_text())["finished_runs"] == 4

@@ -205,8 +205,13 @@ def group_batches(draw):
     n_groups = draw(st.integers(1, 3 if group_size > 16 else 6))
     vocab = draw(st.integers(1, 4))  # tiny vocabularies: conflicts everywhere
     max_len = draw(st.integers(0, 40))
-    kinds = draw(st.lists(st.sampled_from(["mixed", "all_pos", "all_neg", "zero", "identical", "ragged_prefix"]),
-                          min_size=n_groups, max_size=n_groups))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["mixed", "all_pos", "all_neg", "zero", "identical", "ragged_prefix"]),
+            min_size=n_groups,
+            max_size=n_groups,
+        )
+    )
     rng = draw(st.randoms(use_true_random=False))
     rows, advantages = [], []
     for kind in kinds:
@@ -357,7 +362,9 @@ ADV = torch.tensor([1.0, -1.0])
     ],
 )
 def test_conflict_spans_rejects_bad_input_with_a_clear_message(args, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    ):
         conflict_spans(*args)
 
 
@@ -373,7 +380,9 @@ def test_conflict_spans_rejects_bad_input_with_a_clear_message(args, message):
     ],
 )
 def test_conflict_weights_rejects_bad_input_with_a_clear_message(kwargs, message):
-    args = dict(forward=torch.zeros(2, 3, dtype=torch.bool), backward=torch.zeros(2, 3, dtype=torch.bool), advantages=ADV)
+    args = dict(
+        forward=torch.zeros(2, 3, dtype=torch.bool), backward=torch.zeros(2, 3, dtype=torch.bool), advantages=ADV
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         conflict_weights(**args)

@@ -49,9 +49,18 @@ def test_aggregation_with_unit_weights_equals_trls_formula_in_value_and_gradient
     mask, adv, _, _, _ = entropy_batch(seed=2)
     logps = leaf_logps(mask, seed=3)
     old = logps.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
-    loss, _ = gtpo_loss(logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0,
-                        aggregation=aggregation, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH,
-                        **kwargs_for(aggregation, mask))
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        old_per_token_logps=old,
+        entropy_filter="never",
+        gamma=0.0,
+        aggregation=aggregation,
+        epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        **kwargs_for(aggregation, mask),
+    )
     ref_logps = logps.detach().clone().requires_grad_()
     loss_type = "grpo" if aggregation == "sequence" else aggregation
     expected = trl_loss(ref_logps, old, mask, adv, loss_type, num_items=mask.sum().item())
@@ -74,9 +83,18 @@ def gtpo_token_loss(logps, mask, adv, fw, bw, h, gamma, threshold):
 def test_aggregation_composes_with_lambda_filter_and_entropy_shift_only_the_normalization_differs(aggregation):
     mask, adv, fw, bw, h = entropy_batch(seed=5)
     logps = leaf_logps(mask, seed=6)
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                        entropy_filter="always", gamma=0.3, aggregation=aggregation,
-                        **kwargs_for(aggregation, mask))
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        token_entropy=h,
+        entropy_filter="always",
+        gamma=0.3,
+        aggregation=aggregation,
+        **kwargs_for(aggregation, mask),
+    )
     ref_logps = logps.detach().clone().requires_grad_()
     token_loss = gtpo_token_loss(ref_logps, mask, adv, fw, bw, h, 0.3, 0.6931471805599453)
     denominator = {"bnpo": mask.sum(), "dr_grpo": mask.shape[0] * MAX_LEN, "dapo": mask.sum()}[aggregation]
@@ -91,9 +109,20 @@ def split_losses(aggregation, parts, logps, mask, adv, fw, bw, h, **extra):
     """gtpo_loss on row slices of one batch; returns the losses."""
     out = []
     for rows in parts:
-        out.append(gtpo_loss(logps[rows], mask[rows], adv[rows], forward_span=fw[rows], backward_span=bw[rows],
-                             token_entropy=h[rows], entropy_filter="always", gamma=0.1,
-                             aggregation=aggregation, **extra)[0])
+        out.append(
+            gtpo_loss(
+                logps[rows],
+                mask[rows],
+                adv[rows],
+                forward_span=fw[rows],
+                backward_span=bw[rows],
+                token_entropy=h[rows],
+                entropy_filter="always",
+                gamma=0.1,
+                aggregation=aggregation,
+                **extra,
+            )[0]
+        )
     return out
 
 
@@ -144,7 +173,10 @@ def test_two_ranks_averaged_by_ddp_give_the_single_process_gradient(aggregation)
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(aggregation="dr_grpo"), "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length"),
+        (
+            dict(aggregation="dr_grpo"),
+            "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length",
+        ),
         (dict(aggregation="dr_grpo", max_completion_length=0), "got 0"),
         (dict(aggregation="dapo"), "aggregation='dapo' divides by the valid tokens .* pass token_normalizer"),
         (dict(aggregation="dapo", token_normalizer=torch.tensor(0.0)), "got 0.0"),
@@ -152,13 +184,17 @@ def test_two_ranks_averaged_by_ddp_give_the_single_process_gradient(aggregation)
         (dict(aggregation="dapo", token_normalizer=torch.ones(2)), "shape \\(2,\\)"),
         (dict(aggregation="bnpo", token_normalizer=3.0), "token_normalizer is used only by aggregation='dapo'"),
         (dict(aggregation="sequence", max_completion_length=8), "used only by aggregation='dr_grpo'"),
-        (dict(aggregation="token"), "unknown aggregation 'token'; valid: bnpo, dapo, dr_grpo, grpo, reference, sequence"),
+        (
+            dict(aggregation="token"),
+            "unknown aggregation 'token'; valid: bnpo, dapo, dr_grpo, grpo, reference, sequence",
+        ),
     ],
 )
 def test_aggregation_normalizers_missing_or_misplaced_are_rejected_with_a_clear_message(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        gtpo_loss(torch.zeros(2, 3), torch.ones(2, 3), torch.tensor([1.0, -1.0]), entropy_filter="never",
-                  gamma=0.0, **kwargs)
+        gtpo_loss(
+            torch.zeros(2, 3), torch.ones(2, 3), torch.tensor([1.0, -1.0]), entropy_filter="never", gamma=0.0, **kwargs
+        )
 
 
 class _Accelerator:
@@ -185,17 +221,33 @@ def trl_compute_loss(loss_type, logps, old, mask, adv, accumulation=2, steps_per
 
     stub = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
-        beta=0.0, loss_type=loss_type, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, use_vllm=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        beta=0.0,
+        loss_type=loss_type,
+        epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        use_vllm=False,
         args=SimpleNamespace(delta=None, steps_per_generation=steps_per_generation),
-        model=SimpleNamespace(training=True), current_gradient_accumulation_steps=accumulation,
-        max_completion_length=MAX_LEN, accelerator=_Accelerator(), _entropy_bonus_enabled=False,
-        aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=accumulation,
+        max_completion_length=MAX_LEN,
+        accelerator=_Accelerator(),
+        _entropy_bonus_enabled=False,
+        aux_loss_enabled=False,
+        _metrics={"train": defaultdict(list)},
     )
     n, t = mask.shape
-    inputs = dict(prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.long),
-                  completion_ids=torch.zeros(n, t, dtype=torch.long), completion_mask=mask.long(),
-                  advantages=adv, old_per_token_logps=old, num_items_in_batch=mask.sum())
+    inputs = dict(
+        prompt_ids=torch.zeros(n, 1, dtype=torch.long),
+        prompt_mask=torch.ones(n, 1, dtype=torch.long),
+        completion_ids=torch.zeros(n, t, dtype=torch.long),
+        completion_mask=mask.long(),
+        advantages=adv,
+        old_per_token_logps=old,
+        num_items_in_batch=mask.sum(),
+    )
     return GRPOTrainer._compute_loss(stub, None, inputs)
 
 
@@ -206,9 +258,18 @@ def test_aggregation_with_unit_weights_equals_trls_own_compute_loss_after_its_ac
     mask, adv, _, _, _ = entropy_batch(seed=13)
     logps = leaf_logps(mask, seed=14)
     old = logps.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(15))
-    loss, _ = gtpo_loss(logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0,
-                        aggregation=aggregation, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH,
-                        **kwargs_for(aggregation, mask))
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        old_per_token_logps=old,
+        entropy_filter="never",
+        gamma=0.0,
+        aggregation=aggregation,
+        epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        **kwargs_for(aggregation, mask),
+    )
     loss = loss / (2 / 2 if aggregation == "dapo" else 2)  # accumulation 2, steps_per_generation 2
     ref_logps = logps.detach().clone().requires_grad_()
     expected = trl_compute_loss(aggregation, ref_logps, old, mask, adv)

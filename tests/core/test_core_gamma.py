@@ -17,8 +17,15 @@ def one_step(entropy_term: str):
     z = torch.tensor([4.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
     logits = z.expand(2, 1, 3)  # (N=2, T=1, V=3)
     logps = torch.log_softmax(logits, dim=-1)[..., 0]  # (2, 1) both completions are token 0
-    loss, _ = gtpo_loss(logps, torch.ones(2, 1), torch.zeros(2), token_entropy=token_entropy(logits),
-                        entropy_filter="never", gamma=GAMMA, entropy_term=entropy_term)
+    loss, _ = gtpo_loss(
+        logps,
+        torch.ones(2, 1),
+        torch.zeros(2),
+        token_entropy=token_entropy(logits),
+        entropy_filter="never",
+        gamma=GAMMA,
+        entropy_term=entropy_term,
+    )
     (grad,) = torch.autograd.grad(loss, z)
     with torch.no_grad():
         return grad, token_entropy(z).item(), token_entropy(z - grad).item()

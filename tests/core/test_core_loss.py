@@ -61,8 +61,16 @@ def leaf_logps(mask, seed=0, dtype=torch.float32):
 
 def gradients(mask, adv, fw, bw, positive_weight=2.0, combine="union"):
     logps = leaf_logps(mask)
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw,
-                        positive_weight=positive_weight, combine=combine, **ENTROPY_OFF)
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        positive_weight=positive_weight,
+        combine=combine,
+        **ENTROPY_OFF,
+    )
     loss.backward()
     ref = logps.detach().clone().requires_grad_()
     grpo_loss(ref, mask, adv).backward()
@@ -198,7 +206,9 @@ def test_old_logps_equal_to_current_give_the_on_policy_loss_and_gradient():
     a = leaf_logps(mask)
     b = leaf_logps(mask)
     la, _ = gtpo_loss(a, mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
-    lb, _ = gtpo_loss(b, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=b.detach().clone(), **ENTROPY_OFF)
+    lb, _ = gtpo_loss(
+        b, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=b.detach().clone(), **ENTROPY_OFF
+    )
     la.backward()
     lb.backward()
     torch.testing.assert_close(la, lb)
@@ -210,8 +220,17 @@ def test_ppo_clipping_zeroes_the_gradient_exactly_where_the_clipped_term_is_smal
     g = torch.Generator().manual_seed(0)
     old = leaf_logps(mask).detach()
     logps = (old + (torch.rand(old.shape, generator=g) - 0.5)).requires_grad_()  # ratios in [0.61, 1.65]
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old,
-                        epsilon_low=0.1, epsilon_high=0.3, **ENTROPY_OFF)
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        old_per_token_logps=old,
+        epsilon_low=0.1,
+        epsilon_high=0.3,
+        **ENTROPY_OFF,
+    )
     loss.backward()
     lam = conflict_weights(fw, bw, adv)
     ratio = torch.exp(logps.detach() - old)
@@ -236,8 +255,16 @@ def test_importance_weights_multiply_each_token_loss_after_clipping_as_trl_vllm_
     logps = (old + (torch.rand(old.shape, generator=g) - 0.5) * 0.4).requires_grad_()
     shape = (mask.shape[0], 1) if per_sequence else mask.shape
     weights = torch.rand(shape, generator=g) * 2  # includes values near 0 (masked) and above 1
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old,
-                        importance_weights=weights, **ENTROPY_OFF)
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        old_per_token_logps=old,
+        importance_weights=weights,
+        **ENTROPY_OFF,
+    )
     lam = conflict_weights(fw, bw, adv)
     ratio = torch.exp(logps - old)
     a = adv.unsqueeze(-1)
@@ -317,8 +344,15 @@ def test_entropy_keep_mask_follows_eq6_and_its_variants(mode, initial, expected)
     assert entropy_keep_mask(mean_h, adv, mode=mode, initial_entropy=initial).tolist() == expected
     # gtpo_loss applies the same δ: kept rows get A − γ⟨H⟩ (A=0 included), filtered rows nothing.
     logps = torch.zeros(5, 1, requires_grad=True)
-    loss, _ = gtpo_loss(logps, torch.ones(5, 1), adv, token_entropy=mean_h.unsqueeze(-1), entropy_filter=mode,
-                        initial_entropy=initial, gamma=0.1)
+    loss, _ = gtpo_loss(
+        logps,
+        torch.ones(5, 1),
+        adv,
+        token_entropy=mean_h.unsqueeze(-1),
+        entropy_filter=mode,
+        initial_entropy=initial,
+        gamma=0.1,
+    )
     loss.backward()
     keep = torch.tensor(expected)
     torch.testing.assert_close(logps.grad.squeeze(-1), torch.where(keep, -(adv - 0.1 * mean_h) / 5, 0.0))
@@ -365,8 +399,9 @@ def entropy_batch(seed=6):
 def test_entropy_shift_loss_uses_original_signs_for_lambda_and_shifted_advantages_for_the_gradient():
     mask, adv, fw, bw, h = entropy_batch()
     logps = leaf_logps(mask)
-    loss, metrics = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                              entropy_filter="always", gamma=0.3)
+    loss, metrics = gtpo_loss(
+        logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="always", gamma=0.3
+    )
     mean_h = (h * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     keep = mean_h <= LN2
     assert 0 < (~keep).sum() < keep.numel()
@@ -388,8 +423,9 @@ def test_small_positive_advantage_flipped_by_the_shift_keeps_lambda_of_a_positiv
     fw, bw = conflict_spans(ids, mask, adv, 2)
     logps = torch.zeros(2, 2, requires_grad=True)
     h = torch.ones(2, 2)  # ⟨H⟩ = 1: A'_0 = 0.01 − 0.1 < 0
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                        entropy_filter="never", gamma=0.1)
+    loss, _ = gtpo_loss(
+        logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="never", gamma=0.1
+    )
     loss.backward()
     a0 = 0.01 - 0.1
     # Row 0 position 0 is in a span of a positive completion: λ = 2 even though A'_0 < 0.
@@ -400,8 +436,9 @@ def test_small_positive_advantage_flipped_by_the_shift_keeps_lambda_of_a_positiv
 def test_filtered_completions_get_zero_gradient():
     mask, adv, fw, bw, h = entropy_batch(seed=7)
     logps = leaf_logps(mask)
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                        entropy_filter="negative_only", gamma=0.1)
+    loss, _ = gtpo_loss(
+        logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="negative_only", gamma=0.1
+    )
     loss.backward()
     mean_h = (h * mask).sum(-1) / mask.sum(-1)
     dropped = (mean_h > LN2) & (adv < 0)
@@ -430,8 +467,11 @@ def test_differentiable_entropy_term_adds_gamma_mean_entropy_with_gradient_and_n
 def test_missing_token_entropy_is_only_accepted_with_entropy_parts_off():
     _, mask, adv, fw, bw = conflict_batch()
     logps = leaf_logps(mask)
-    for kwargs in (dict(entropy_filter="always", gamma=0.0), dict(entropy_filter="never", gamma=0.1),
-                   dict(entropy_filter="auto", initial_entropy=0.1, gamma=0.0)):
+    for kwargs in (
+        dict(entropy_filter="always", gamma=0.0),
+        dict(entropy_filter="never", gamma=0.1),
+        dict(entropy_filter="auto", initial_entropy=0.1, gamma=0.0),
+    ):
         with pytest.raises(ValueError, match="token_entropy is needed"):
             gtpo_loss(logps, mask, adv, **kwargs)
     loss, metrics = gtpo_loss(logps, mask, adv, entropy_filter="never", gamma=0.1, entropy_term="none")
@@ -454,8 +494,17 @@ def test_metrics_on_a_hand_worked_group():
     assert bw.tolist() == [[False, False, True], [False, False, True], [False] * 3, [False] * 3]
     h = torch.tensor([[0.2, 0.2, 0.2], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5], [0.9, 0.9, 7.0]])  # ⟨H⟩ .2 1 .5 .9
     logps = torch.zeros(4, 3, requires_grad=True)
-    loss, m = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                        positive_weight=3.0, entropy_filter="always", gamma=0.0)
+    loss, m = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        token_entropy=h,
+        positive_weight=3.0,
+        entropy_filter="always",
+        gamma=0.0,
+    )
     expected = {
         "gtpo/conflict_token_frac": 4 / 8,  # 4 span tokens / 8 valid tokens of rows with A≠0
         "gtpo/forward_span_len": 2 / 3,  # (1 + 1 + 0) / 3 rows with A≠0
@@ -528,7 +577,10 @@ S = torch.zeros(2, 3, dtype=torch.bool)
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(entropy_filter="sometimes"), "unknown entropy_filter mode 'sometimes'; valid: always, auto, negative_only, never"),
+        (
+            dict(entropy_filter="sometimes"),
+            "unknown entropy_filter mode 'sometimes'; valid: always, auto, negative_only, never",
+        ),
         (dict(entropy_term="bonus"), "unknown entropy_term 'bonus'; valid: advantage, differentiable, none"),
         (dict(combine="max"), "unknown combine mode 'max'"),
         (dict(advantages=torch.tensor([1.0, math.inf])), "advantages must be finite"),
@@ -548,8 +600,13 @@ S = torch.zeros(2, 3, dtype=torch.bool)
     ],
 )
 def test_gtpo_loss_rejects_bad_input_with_a_clear_message(kwargs, message):
-    args = dict(per_token_logps=torch.zeros(2, 3), completion_mask=M, advantages=torch.tensor([1.0, -1.0]),
-                entropy_filter="never", gamma=0.0)
+    args = dict(
+        per_token_logps=torch.zeros(2, 3),
+        completion_mask=M,
+        advantages=torch.tensor([1.0, -1.0]),
+        entropy_filter="never",
+        gamma=0.0,
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         gtpo_loss(**args)
@@ -594,12 +651,30 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
     group_advantages(torch.rand(12), 6)
     logps = leaf_logps(mask)
     for term in ("advantage", "differentiable"):
-        loss, metrics = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=ent,
-                                  old_per_token_logps=logps.detach() * 0.9, entropy_filter="auto",
-                                  initial_entropy=0.5, entropy_term=term, aggregation="reference")
+        loss, metrics = gtpo_loss(
+            logps,
+            mask,
+            adv,
+            forward_span=fw,
+            backward_span=bw,
+            token_entropy=ent,
+            old_per_token_logps=logps.detach() * 0.9,
+            entropy_filter="auto",
+            initial_entropy=0.5,
+            entropy_term=term,
+            aggregation="reference",
+        )
         loss.backward()
-    loss, _ = gtpo_loss(logps, mask, adv, token_entropy=ent.detach(), entropy_filter="never", aggregation="dapo",
-                        token_normalizer=mask.sum() / 2, group_size=6)  # a tensor normalizer stays on device
+    loss, _ = gtpo_loss(
+        logps,
+        mask,
+        adv,
+        token_entropy=ent.detach(),
+        entropy_filter="never",
+        aggregation="dapo",
+        token_normalizer=mask.sum() / 2,
+        group_size=6,
+    )  # a tensor normalizer stays on device
     loss.backward()
 
 
@@ -611,8 +686,15 @@ def test_loss_on_cuda_in_bfloat16_equals_cpu():
     logps = leaf_logps(mask)
     loss, metrics = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, **kwargs)
     logps_c = logps.detach().cuda().requires_grad_()
-    loss_c, metrics_c = gtpo_loss(logps_c, mask.cuda(), adv.cuda(), forward_span=fw.cuda(), backward_span=bw.cuda(),
-                                  token_entropy=h.cuda(), **kwargs)
+    loss_c, metrics_c = gtpo_loss(
+        logps_c,
+        mask.cuda(),
+        adv.cuda(),
+        forward_span=fw.cuda(),
+        backward_span=bw.cuda(),
+        token_entropy=h.cuda(),
+        **kwargs,
+    )
     assert loss_c.is_cuda and all(v.is_cuda for v in metrics_c.values())
     torch.testing.assert_close(loss_c.cpu(), loss)
     loss.backward()

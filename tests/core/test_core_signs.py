@@ -102,13 +102,31 @@ def test_noisy_zero_rows_do_not_count_as_rows_with_nonzero_advantage_in_metrics_
     keep = entropy_keep_mask(h.mean(-1), adv, mode="negative_only", group_size=8)
     # negative_only drops the high-entropy rows with A<0 (0, 2, 3) only; rows 1, 5 count as A = 0.
     assert keep.tolist() == [False, True, False, False, True, True, True, True]
-    _, m = gtpo_loss(torch.zeros(8, 2), mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                     entropy_filter="negative_only", gamma=0.0, group_size=8)
+    _, m = gtpo_loss(
+        torch.zeros(8, 2),
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        token_entropy=h,
+        entropy_filter="negative_only",
+        gamma=0.0,
+        group_size=8,
+    )
     # No spans, so the span length per A≠0 row is 0 over 6 rows; δ: 3 of 8 dropped.
     assert m["gtpo/forward_span_len"] == 0 and m["gtpo/filtered_frac"] == pytest.approx(3 / 8)
     fw[0, 0] = fw[4, 0] = True  # spans given by hand: 2 span tokens over the 6 A≠0 rows' 12 tokens
-    _, m = gtpo_loss(torch.zeros(8, 2), mask, adv, forward_span=fw, backward_span=bw, token_entropy=h,
-                     entropy_filter="negative_only", gamma=0.0, group_size=8)
+    _, m = gtpo_loss(
+        torch.zeros(8, 2),
+        mask,
+        adv,
+        forward_span=fw,
+        backward_span=bw,
+        token_entropy=h,
+        entropy_filter="negative_only",
+        gamma=0.0,
+        group_size=8,
+    )
     assert m["gtpo/conflict_token_frac"] == pytest.approx(2 / 12)
     assert m["gtpo/forward_span_len"] == pytest.approx(2 / 6)
 

@@ -83,8 +83,12 @@ def test_pass_at_1_is_the_fraction_correct_and_pass_at_n_is_any_correct():
 
 @pytest.mark.parametrize(
     "n,c,k,match",
-    [(4, 1, 5, r"k=5 with n=4.*valid k are 1\.\.4"), (4, 1, 0, "valid k are 1..4"), (4, 5, 1, "num_correct"),
-     (0, 0, 1, "num_samples")],
+    [
+        (4, 1, 5, r"k=5 with n=4.*valid k are 1\.\.4"),
+        (4, 1, 0, "valid k are 1..4"),
+        (4, 5, 1, "num_correct"),
+        (0, 0, 1, "num_samples"),
+    ],
 )
 def test_pass_at_k_rejects_bad_input_naming_the_valid_range(n, c, k, match):
     with pytest.raises(ValueError, match=match):
@@ -164,9 +168,11 @@ def monte_carlo_maj_at_k(counts, correct, num_samples, k, draws=40_000, seed=0):
 
 @pytest.mark.parametrize(
     "counts,correct,n,k",
-    [([1200, 1100, 500, 200], [False, True, False, False], 3000, 256),  # n in the thousands
-     ([100, 90, 40, 20], [False, True, False, False], 300, 16),
-     ([5, 5, 5, 5, 4, 4], [False, False, True, False, False, False], 40, 6)],  # many ties
+    [
+        ([1200, 1100, 500, 200], [False, True, False, False], 3000, 256),  # n in the thousands
+        ([100, 90, 40, 20], [False, True, False, False], 300, 16),
+        ([5, 5, 5, 5, 4, 4], [False, False, True, False, False, False], 40, 6),
+    ],  # many ties
 )
 def test_maj_at_k_matches_monte_carlo_beyond_enumeration(counts, correct, n, k):
     exact = maj_at_k_from_classes(counts, correct, n, k)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-
 from gtpo.cli import eval as eval_cli
 from gtpo.eval.backends import Completion
 from gtpo.eval.plots import plot_results
@@ -18,7 +17,11 @@ def write_results(path: Path, label: str, task: str, n: int, accuracy: float) ->
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
     path.mkdir(parents=True, exist_ok=True)
     results = {
-        "model": f"/ckpt/{label}", "label": label, "task": task, "split": "test", "ks": ks,
+        "model": f"/ckpt/{label}",
+        "label": label,
+        "task": task,
+        "split": "test",
+        "ks": ks,
         "pass@k": {str(k): 1 - (1 - accuracy) ** k for k in ks},
         "maj@k": {str(k): min(1.0, accuracy * (1 + 0.05 * k)) for k in ks},
     }
@@ -60,8 +63,24 @@ def test_help_documents_every_eval_flag():
     parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     eval_cli.add_eval_arguments(parser)
     text = parser.format_help()
-    for flag in ("--model", "--task", "--split", "--source", "--few-shot", "--limit", "--num-samples", "--temperature", "--top-p",
-                 "--top-k", "--max-new-tokens", "--seed", "--output-dir", "--backend", "--batch-size", "--dtype"):
+    for flag in (
+        "--model",
+        "--task",
+        "--split",
+        "--source",
+        "--few-shot",
+        "--limit",
+        "--num-samples",
+        "--temperature",
+        "--top-p",
+        "--top-k",
+        "--max-new-tokens",
+        "--seed",
+        "--output-dir",
+        "--backend",
+        "--batch-size",
+        "--dtype",
+    ):
         assert flag in text, flag
     args = parser.parse_args(["--model", "tiny"])
     assert (args.temperature, args.top_p, args.num_samples, args.backend) == (1.0, 1.0, 32, "auto")
@@ -78,8 +97,27 @@ def test_cli_eval_then_plot(tmp_path, shared_data, monkeypatch, capsys):
     monkeypatch.setattr("gtpo.eval.runner.make_backend", lambda *args: RightAnswers())
     source = str(shared_data / "gsm8k" / "test.jsonl")
     out = tmp_path / "eval"
-    assert eval_cli.main(["eval", "--model", "tiny", "--task", "gsm8k", "--source", source, "-n", "2", "--limit", "2",
-                     "--output-dir", str(out), "--no-progress"]) == 0
+    assert (
+        eval_cli.main(
+            [
+                "eval",
+                "--model",
+                "tiny",
+                "--task",
+                "gsm8k",
+                "--source",
+                source,
+                "-n",
+                "2",
+                "--limit",
+                "2",
+                "--output-dir",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "gsm8k" / "results.json").read_text())
     assert results["pass@k"]["1"] == pytest.approx(0.5)  # "18" is right for Janet's ducks only
     assert "pass@k" in capsys.readouterr().out

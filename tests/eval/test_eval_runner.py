@@ -38,8 +38,17 @@ def problems(gsm8k_source):
 
 def make_config(tmp_path, source, **changes) -> EvalConfig:
     settings = dict(
-        model="tiny", output_dir=tmp_path / "run", task="gsm8k", split="test", source=source, num_samples=N,
-        limit=LIMIT, sampling=SamplingSettings(max_new_tokens=6), seed=0, batch_size=5, progress=False,
+        model="tiny",
+        output_dir=tmp_path / "run",
+        task="gsm8k",
+        split="test",
+        source=source,
+        num_samples=N,
+        limit=LIMIT,
+        sampling=SamplingSettings(max_new_tokens=6),
+        seed=0,
+        batch_size=5,
+        progress=False,
     )
     settings.update(changes)
     return EvalConfig(**settings)
@@ -68,14 +77,20 @@ class ScriptedBackend:
 def scripted_answers(problem, sample):
     """Per problem: two right answers (one spelled differently), one wrong, one without an answer tag."""
     gold = problem.gold
-    return [f"<answer>{gold}</answer>", f"<reasoning>so</reasoning><answer>{gold}.00</answer>",
-            "<answer>-1</answer>", "I do not know"][sample]
+    return [
+        f"<answer>{gold}</answer>",
+        f"<reasoning>so</reasoning><answer>{gold}.00</answer>",
+        "<answer>-1</answer>",
+        "I do not know",
+    ][sample]
 
 
 def recount(records, problems, n):
     """pass@k and maj@k straight from the JSONL, with the binomial formula written out."""
-    by_problem = {str(p.id): sorted((r for r in records if str(r["problem_id"]) == str(p.id)),
-                                    key=lambda r: r["sample_index"]) for p in problems}
+    by_problem = {
+        str(p.id): sorted((r for r in records if str(r["problem_id"]) == str(p.id)), key=lambda r: r["sample_index"])
+        for p in problems
+    }
     out = {"pass@k": {}, "maj@k": {}}
     for k in (1, 2, 4):
         passes, majs = [], []
@@ -105,7 +120,9 @@ def test_tiny_model_end_to_end_writes_records_and_results_that_match_a_recount(t
     records = read_records(run_dir / SAMPLES_FILE)
     assert len(records) == LIMIT * N
     assert all(set(r) == RECORD_FIELDS for r in records)
-    assert {(str(r["problem_id"]), r["sample_index"]) for r in records} == {(str(p.id), s) for p in problems for s in range(N)}
+    assert {(str(r["problem_id"]), r["sample_index"]) for r in records} == {
+        (str(p.id), s) for p in problems for s in range(N)
+    }
     assert all(1 <= r["length"] <= 6 for r in records)
     on_disk = json.loads((run_dir / RESULTS_FILE).read_text())
     assert on_disk["ks"] == [1, 2, 4] and on_disk["num_problems"] == LIMIT
@@ -191,9 +208,13 @@ def test_tiny_model_resume_reproduces_the_interrupted_batches(tmp_path, gsm8k_so
 
 @pytest.mark.parametrize(
     "change,field",
-    [({"sampling": SamplingSettings(temperature=0.7, max_new_tokens=6)}, "sampling"),
-     ({"num_samples": 2}, "num_samples"), ({"model": "smollm2"}, "model"), ({"seed": 1}, "seed"),
-     ({"few_shot": 1}, "few_shot")],
+    [
+        ({"sampling": SamplingSettings(temperature=0.7, max_new_tokens=6)}, "sampling"),
+        ({"num_samples": 2}, "num_samples"),
+        ({"model": "smollm2"}, "model"),
+        ({"seed": 1}, "seed"),
+        ({"few_shot": 1}, "few_shot"),
+    ],
 )
 def test_settings_mismatch_with_an_existing_run_folder_is_an_error(tmp_path, gsm8k_source, problems, change, field):
     evaluate(make_config(tmp_path, gsm8k_source), backend=ScriptedBackend(problems, scripted_answers))
@@ -212,7 +233,8 @@ def test_more_problems_can_be_added_to_a_run_folder_keeping_the_recorded_samples
     after = read_records(tmp_path / "run" / SAMPLES_FILE)
     assert after[: len(before)] == before
     assert sorted((str(r["problem_id"]), r["sample_index"]) for r in after) == sorted(
-        (str(p.id), s) for p in problems for s in range(N))  # each sample exactly once
+        (str(p.id), s) for p in problems for s in range(N)
+    )  # each sample exactly once
     assert results["num_problems"] == LIMIT
 
 
@@ -288,9 +310,16 @@ def test_vllm_backend_wiring_with_a_stand_in_module(monkeypatch, tmp_path, tiny_
     prompts, params, lora_used = requests[0]
     assert prompts[0].endswith("<|im_start|>assistant\n") and lora_used.path == str(adapter)
     assert [p.kwargs["seed"] for p in params] == [11, 12]
-    assert params[0].kwargs | {"seed": 0} == dict(n=1, temperature=1.0, top_p=1.0, top_k=-1, repetition_penalty=1.0,
-                                                  max_tokens=9, seed=0, skip_special_tokens=False)
-
+    assert params[0].kwargs | {"seed": 0} == dict(
+        n=1,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        repetition_penalty=1.0,
+        max_tokens=9,
+        seed=0,
+        skip_special_tokens=False,
+    )
 
 
 def test_lora_adapter_dir_and_full_checkpoint_both_load(tmp_path, tiny_model_path, problems):
@@ -315,8 +344,16 @@ def test_lora_adapter_dir_and_full_checkpoint_both_load(tmp_path, tiny_model_pat
 
 # ------------------------------------------------------------------------------ records and per-sample seeds
 
-GOOD = {"problem_id": "p", "sample_index": 0, "text": "t", "answer": None, "correct": False,
-        "length": 1, "truncated": False, "gold": "1"}
+GOOD = {
+    "problem_id": "p",
+    "sample_index": 0,
+    "text": "t",
+    "answer": None,
+    "correct": False,
+    "length": 1,
+    "truncated": False,
+    "gold": "1",
+}
 
 
 def _line(**changes) -> str:
@@ -330,8 +367,11 @@ def test_a_complete_last_record_without_its_newline_is_kept_and_the_newline_adde
     assert path.read_text(encoding="utf-8") == _line(sample_index=0) + "\n" + _line(sample_index=1) + "\n"
 
 
-@pytest.mark.parametrize("tail", ['{"problem_id": "p", "sample_in', "\0\0\0\0", '{"problem_id": "p"}', "[1, 2]"],
-                         ids=["torn json", "zeros after a crash", "not a full record", "an array"])
+@pytest.mark.parametrize(
+    "tail",
+    ['{"problem_id": "p", "sample_in', "\0\0\0\0", '{"problem_id": "p"}', "[1, 2]"],
+    ids=["torn json", "zeros after a crash", "not a full record", "an array"],
+)
 def test_an_invalid_last_line_is_cut_and_the_records_before_it_kept(tmp_path, tail):
     path = tmp_path / SAMPLES_FILE
     path.write_text(_line() + "\n" + tail, encoding="utf-8")
@@ -339,8 +379,14 @@ def test_an_invalid_last_line_is_cut_and_the_records_before_it_kept(tmp_path, ta
     assert path.read_text(encoding="utf-8") == _line() + "\n"
 
 
-@pytest.mark.parametrize("bad,what", [("[1, 2]", "must be a JSON object, got list"), ("{oops", "not a JSON record"),
-                                      ('{"problem_id": 1}', "lacks ['sample_index', 'answer', 'correct', 'length', 'truncated']")])
+@pytest.mark.parametrize(
+    "bad,what",
+    [
+        ("[1, 2]", "must be a JSON object, got list"),
+        ("{oops", "not a JSON record"),
+        ('{"problem_id": 1}', "lacks ['sample_index', 'answer', 'correct', 'length', 'truncated']"),
+    ],
+)
 def test_a_bad_line_before_the_last_is_an_error_naming_the_file_and_line(tmp_path, bad, what):
     path = tmp_path / SAMPLES_FILE
     path.write_text(_line() + "\n" + bad + "\n" + _line(sample_index=1) + "\n", encoding="utf-8")
@@ -361,7 +407,7 @@ def test_a_sampled_row_is_the_same_alone_and_in_any_batch(problems):
     prompts = [problems[0].prompt, [{"role": "user", "content": "What is 2 + 3?"}], problems[0].prompt]
     seeds = [11, 12, 13]
     batched = backend.generate(prompts, seeds, sampling)
-    alone = [backend.generate([p], [s], sampling)[0] for p, s in zip(prompts, seeds)]
+    alone = [backend.generate([p], [s], sampling)[0] for p, s in zip(prompts, seeds, strict=False)]
     reordered = backend.generate(prompts[::-1], seeds[::-1], sampling)[::-1]
     assert batched == alone == reordered
     assert batched[0] != batched[2]  # same prompt, different seed: different draws (6 tokens at T=1)

@@ -98,9 +98,28 @@ for line in sys.stdin:
 
 
 def _eval_argv(source: str, output_dir: Path) -> list[str]:
-    return ["eval", "--model", "tiny", "--task", "gsm8k", "--source", source, "-n", str(N), "--limit", str(LIMIT),
-            "--batch-size", str(BATCH), "--max-new-tokens", str(TOKENS), "--output-dir", str(output_dir),
-            "--no-progress", "--seed", "7"]
+    return [
+        "eval",
+        "--model",
+        "tiny",
+        "--task",
+        "gsm8k",
+        "--source",
+        source,
+        "-n",
+        str(N),
+        "--limit",
+        str(LIMIT),
+        "--batch-size",
+        str(BATCH),
+        "--max-new-tokens",
+        str(TOKENS),
+        "--output-dir",
+        str(output_dir),
+        "--no-progress",
+        "--seed",
+        "7",
+    ]
 
 
 def _env() -> dict:
@@ -110,8 +129,9 @@ def _env() -> dict:
 
 class FaultDriver:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], env=_env(), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER], env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
 
     def killed_run(self, fault: dict, argv: list[str]) -> None:
         self.proc.stdin.write(json.dumps([fault, argv]) + "\n")
@@ -176,13 +196,16 @@ def test_kill_9_at_five_points_then_resume_gives_the_uninterrupted_samples(tmp_p
     assert results["pass@k"] == reference_results["pass@k"] and results["maj@k"] == reference_results["maj@k"]
 
 
-def test_kill_9_from_outside_while_sampling_then_resume_gives_the_uninterrupted_samples(tmp_path, source, uninterrupted):
+def test_kill_9_from_outside_while_sampling_then_resume_gives_the_uninterrupted_samples(
+    tmp_path, source, uninterrupted
+):
     reference, _, _ = uninterrupted
     out = tmp_path / "eval"
     samples = out / "gsm8k" / SAMPLES_FILE
     argv = _eval_argv(source, out)
-    proc = subprocess.Popen([sys.executable, "-m", "gtpo.cli", *argv], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gtpo.cli", *argv], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:  # wait for the first written batch
         if samples.exists() and samples.stat().st_size > 0:
@@ -217,24 +240,60 @@ def _bad_inputs(tmp: Path, source: str):
     no_answer = _write(tmp / "no_answer.jsonl", GSM8K_ROW + '\n{"question": "x"}\n')
     results = _write(tmp / "plots_in" / RESULTS_FILE, '{"task": ')
     return [
-        ("output dir is a file", ["eval", *run, "--source", source, "--output-dir", a_file],
-         ["--output-dir", "a_file is a file"], None),
-        ("output dir cannot be created", ["eval", *run, "--source", source, "--output-dir", "/proc/gtpo-no"],
-         ["--output-dir", "cannot create /proc/gtpo-no"], None),
-        ("unknown hub model", ["eval", *run[2:], "--model", "smollm", "--source", source, "--output-dir", str(tmp / "o1")],
-         ["--model 'smollm'", "'smollm2'"], tmp / "o1"),
-        ("dataset rows are arrays", ["eval", *run, "--source", arrays, "--output-dir", str(tmp / "o2")],
-         [f"{arrays}:1", "JSON object"], tmp / "o2"),
-        ("dataset line is not JSON", ["eval", *run, "--source", bad_json, "--output-dir", str(tmp / "o3"), "--limit", "2"],
-         [f"{bad_json}:2", "not valid JSON"], tmp / "o3"),
-        ("dataset row without an answer", ["eval", *run, "--source", no_answer, "--output-dir", str(tmp / "o4"), "--limit", "2"],
-         [no_answer, "row 2", "'answer'"], tmp / "o4"),
-        ("bad dtype", ["eval", *run, "--source", source, "--dtype", "float33", "--output-dir", str(tmp / "o5")],
-         ["--dtype", "'float33'", "bfloat16"], tmp / "o5"),
-        ("zero samples", ["eval", *run, "--source", source, "-n", "0", "--output-dir", str(tmp / "o6")],
-         ["-n", "got 0"], tmp / "o6"),
-        ("results.json is not JSON", ["eval-plot", results, "-o", str(tmp / "fig.png")],
-         [f"{results}:1", "not valid JSON"], tmp / "fig.png"),
+        (
+            "output dir is a file",
+            ["eval", *run, "--source", source, "--output-dir", a_file],
+            ["--output-dir", "a_file is a file"],
+            None,
+        ),
+        (
+            "output dir cannot be created",
+            ["eval", *run, "--source", source, "--output-dir", "/proc/gtpo-no"],
+            ["--output-dir", "cannot create /proc/gtpo-no"],
+            None,
+        ),
+        (
+            "unknown hub model",
+            ["eval", *run[2:], "--model", "smollm", "--source", source, "--output-dir", str(tmp / "o1")],
+            ["--model 'smollm'", "'smollm2'"],
+            tmp / "o1",
+        ),
+        (
+            "dataset rows are arrays",
+            ["eval", *run, "--source", arrays, "--output-dir", str(tmp / "o2")],
+            [f"{arrays}:1", "JSON object"],
+            tmp / "o2",
+        ),
+        (
+            "dataset line is not JSON",
+            ["eval", *run, "--source", bad_json, "--output-dir", str(tmp / "o3"), "--limit", "2"],
+            [f"{bad_json}:2", "not valid JSON"],
+            tmp / "o3",
+        ),
+        (
+            "dataset row without an answer",
+            ["eval", *run, "--source", no_answer, "--output-dir", str(tmp / "o4"), "--limit", "2"],
+            [no_answer, "row 2", "'answer'"],
+            tmp / "o4",
+        ),
+        (
+            "bad dtype",
+            ["eval", *run, "--source", source, "--dtype", "float33", "--output-dir", str(tmp / "o5")],
+            ["--dtype", "'float33'", "bfloat16"],
+            tmp / "o5",
+        ),
+        (
+            "zero samples",
+            ["eval", *run, "--source", source, "-n", "0", "--output-dir", str(tmp / "o6")],
+            ["-n", "got 0"],
+            tmp / "o6",
+        ),
+        (
+            "results.json is not JSON",
+            ["eval-plot", results, "-o", str(tmp / "fig.png")],
+            [f"{results}:1", "not valid JSON"],
+            tmp / "fig.png",
+        ),
     ]
 
 
@@ -255,16 +314,44 @@ def test_a_bom_dataset_evaluates_like_the_same_file_without_it(tmp_path, source,
     bom = _write(tmp_path / "bom.jsonl", b"\xef\xbb\xbf" + GSM8K_ROW.encode() + b"\n")
     outputs = []
     for name, path in (("plain", plain), ("bom", bom)):
-        argv = ["eval", "--model", "tiny", "--task", "gsm8k", "--source", path, "-n", "2", "--max-new-tokens", "3",
-                "--no-progress", "--output-dir", str(tmp_path / name)]
+        argv = [
+            "eval",
+            "--model",
+            "tiny",
+            "--task",
+            "gsm8k",
+            "--source",
+            path,
+            "-n",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path / name),
+        ]
         assert gtpo_main(argv) == 0
         outputs.append([r["text"] for r in read_records(tmp_path / name / "gsm8k" / SAMPLES_FILE)])
     assert outputs[0] == outputs[1]
 
 
 def test_few_shot_0_resumes_a_gsm8k_run_started_with_the_default(tmp_path, source, capsys):
-    base = ["eval", "--model", "tiny", "--task", "gsm8k", "--source", source, "-n", "1", "--max-new-tokens", "2",
-            "--no-progress", "--output-dir", str(tmp_path)]
+    base = [
+        "eval",
+        "--model",
+        "tiny",
+        "--task",
+        "gsm8k",
+        "--source",
+        source,
+        "-n",
+        "1",
+        "--max-new-tokens",
+        "2",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path),
+    ]
     assert gtpo_main([*base, "--limit", "1"]) == 0
     assert gtpo_main([*base, "--limit", "2", "--few-shot", "0"]) == 0  # GSM8K's default is 0 worked examples
     assert gtpo_main([*base, "--limit", "2", "--few-shot", "1"]) == 2  # a real difference is still refused
@@ -278,8 +365,9 @@ def test_eval_plot_prints_the_path_it_wrote(tmp_path, uninterrupted, capsys):
     assert Path(printed).is_file() and printed == str(tmp_path / "plots" / "e8.png")
 
 
-def test_a_full_disk_is_one_line_and_the_rerun_equals_the_uninterrupted_run(tmp_path, source, uninterrupted, capsys,
-                                                                            monkeypatch):
+def test_a_full_disk_is_one_line_and_the_rerun_equals_the_uninterrupted_run(
+    tmp_path, source, uninterrupted, capsys, monkeypatch
+):
     # ENOSPC surfaces at write or fsync; fsync of the second batch fails here, as on a full disk.
     from gtpo.eval import runner
 

@@ -135,7 +135,12 @@ MODEL_STYLE_CASES = [
     (r"(-\infty, 2] \cup (3, \infty)", r"(-\infty,2)\cup(3,\infty)", F, T),
     (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}", T, T),
     (r"\begin{pmatrix} 2 \\ 1 \end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}", F, T),
-    (r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}", r"\begin{pmatrix} -\frac{1}{3} \\ \frac{2}{3} \\ \frac{5}{3} \end{pmatrix}", T, T),
+    (
+        r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}",
+        r"\begin{pmatrix} -\frac{1}{3} \\ \frac{2}{3} \\ \frac{5}{3} \end{pmatrix}",
+        T,
+        T,
+    ),
     ("3, 5, 7", "3, 5, 7", T, T),
     ("3,5,7", "3, 5, 7", T, T),
     ("1,-2", "1, -2", T, T),

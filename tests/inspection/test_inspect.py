@@ -111,12 +111,21 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch):
 
 
 def test_recorded_group_on_tiny_model_writes_terminal_png_json(tmp_path, tiny_model_path, capsys):
-    group = {"prompt": "What is 2+2?", "completions": ["<reasoning>2+2=4</reasoning><answer>4</answer>",
-             "<reasoning>2+2=3</reasoning><answer>3</answer>", "4"], "rewards": [20, 5, 0]}
+    group = {
+        "prompt": "What is 2+2?",
+        "completions": [
+            "<reasoning>2+2=4</reasoning><answer>4</answer>",
+            "<reasoning>2+2=3</reasoning><answer>3</answer>",
+            "4",
+        ],
+        "rewards": [20, 5, 0],
+    }
     path = tmp_path / "group.json"
     path.write_text(json.dumps(group))
     out = tmp_path / "out"
-    assert cli.main(["inspect", "--model", tiny_model_path, "--group", str(path), "-o", str(out), "--color", "never"]) == 0
+    assert (
+        cli.main(["inspect", "--model", tiny_model_path, "--group", str(path), "-o", str(out), "--color", "never"]) == 0
+    )
     text = capsys.readouterr().out
     assert "\x1b[" not in text and len([line for line in text.splitlines() if line.startswith("#")]) == 3
     assert (out / "group.png").read_bytes()[:8] == PNG_MAGIC
@@ -131,7 +140,9 @@ def test_recorded_group_on_tiny_model_writes_terminal_png_json(tmp_path, tiny_mo
 
     tok, model = load_tokenizer(tiny_model_path), load_model(tiny_model_path)
     with torch.no_grad():
-        logp = torch.log_softmax(model(torch.tensor([tok(group["prompt"], add_special_tokens=False)["input_ids"]])).logits[0, -1], -1)
+        logp = torch.log_softmax(
+            model(torch.tensor([tok(group["prompt"], add_special_tokens=False)["input_ids"]])).logits[0, -1], -1
+        )
     assert rows[0]["token_entropy"][0] == pytest.approx(float(-(logp.exp() * logp).sum()), abs=1e-4)
     assert len(rows[0]["token_entropy"]) == len(rows[0]["tokens"]) == len(rows[0]["lambda_product"])
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from gtpo.runs.plots import PANELS, panel_keys, moving_average, plot_runs
 from gtpo.runs.metrics_log import MetricsLogger, first_last_means, read_metrics, series
+from gtpo.runs.plots import PANELS, moving_average, panel_keys, plot_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

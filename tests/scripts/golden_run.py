@@ -24,28 +24,48 @@ KEYS = ("loss", "grad_norm", "entropy")
 
 def golden_numbers(tiny_model_path: str, output_dir: str) -> dict:
     sys.path.insert(0, str(HERE))
-    from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state
-
     from gtpo import GTPOConfig, GTPOTrainer
+    from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state
 
     class FixedGTPO(FixedGeneration, GTPOTrainer):
         pass
 
-    args = GTPOConfig(output_dir=output_dir, per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=8, max_steps=3, report_to=[], use_cpu=True, bf16=False,
-                      logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True, learning_rate=1e-3,
-                      entropy_filter="never", entropy_gamma=0.1, initial_entropy_prompts=4)
+    args = GTPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+        entropy_filter="never",
+        entropy_gamma=0.1,
+        initial_entropy_prompts=4,
+    )
     trainer = FixedGTPO(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(16))
     trainer.train()
     steps = []
     for log in trainer.state.log_history:
         if "loss" in log:
-            steps.append({k: float(v) for k, v in sorted(log.items())
-                          if k in KEYS or (k.startswith("gtpo/") and k != "gtpo/initial_entropy")})
+            steps.append(
+                {
+                    k: float(v)
+                    for k, v in sorted(log.items())
+                    if k in KEYS or (k.startswith("gtpo/") and k != "gtpo/initial_entropy")
+                }
+            )
     state = trainable_state(trainer.model)
-    return {"steps": steps,
-            "param_sum": float(sum(t.double().sum() for t in state.values())),
-            "param_sum_sq": float(sum(t.double().pow(2).sum() for t in state.values()))}
+    return {
+        "steps": steps,
+        "param_sum": float(sum(t.double().sum() for t in state.values())),
+        "param_sum_sq": float(sum(t.double().pow(2).sum() for t in state.values())),
+    }
 
 
 if __name__ == "__main__":

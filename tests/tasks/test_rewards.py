@@ -41,7 +41,7 @@ def test_every_gsm8k_solution_in_tag_format_earns_full_format_and_accuracy(split
     rows = _gsm8k(split)
     assert len(rows) == {"train": 7473, "test": 1319}[split]
     golds = [extract_gold(row["answer"], "gsm8k") for row in rows]
-    completions = [_as_tagged_completion(row["answer"], gold) for row, gold in zip(rows, golds)]
+    completions = [_as_tagged_completion(row["answer"], gold) for row, gold in zip(rows, golds, strict=False)]
     assert format_reward(completions) == [10.0] * len(rows)
     assert accuracy_reward(completions, answer=golds) == [10.0] * len(rows)
 
@@ -50,7 +50,7 @@ def test_every_gsm8k_solution_in_tag_format_earns_full_format_and_accuracy(split
 def test_every_gsm8k_solution_with_a_wrong_number_earns_no_accuracy(split):
     rows = _gsm8k(split)
     golds = [extract_gold(row["answer"], "gsm8k") for row in rows]
-    wrong = [_as_tagged_completion(row["answer"], str(int(gold) + 1)) for row, gold in zip(rows, golds)]
+    wrong = [_as_tagged_completion(row["answer"], str(int(gold) + 1)) for row, gold in zip(rows, golds, strict=False)]
     assert accuracy_reward(wrong, answer=golds) == [0.0] * len(rows)
     assert format_reward(wrong) == [10.0] * len(rows)
 
@@ -59,7 +59,9 @@ def test_gsm8k_gold_written_with_thousands_commas_and_dollars_still_earns_accura
     rows = [r for r in _gsm8k("test") if "," in r["answer"].rsplit("####", 1)[1]]
     assert rows, "GSM8K test has golds with thousands separators"
     golds = [extract_gold(row["answer"], "gsm8k") for row in rows]
-    completions = [_as_tagged_completion(row["answer"], "$" + row["answer"].rsplit("####", 1)[1].strip()) for row in rows]
+    completions = [
+        _as_tagged_completion(row["answer"], "$" + row["answer"].rsplit("####", 1)[1].strip()) for row in rows
+    ]
     assert accuracy_reward(completions, answer=golds) == [10.0] * len(rows)
 
 
@@ -92,17 +94,23 @@ def test_format_score_follows_the_documented_rule(text, expected):
 
 def test_rewards_sum_to_at_most_20_as_in_the_paper():
     completions = [GOOD, "<answer>5</answer>", "5", "<reasoning>x</reasoning><answer>4</answer>"]
-    totals = [f + a for f, a in zip(format_reward(completions), accuracy_reward(completions, answer=["5"] * 4))]
+    rewards = zip(format_reward(completions), accuracy_reward(completions, answer=["5"] * 4), strict=False)
+    totals = [f + a for f, a in rewards]
     assert totals == [20.0, 11.0, 0.0, 10.0]
 
 
 def test_conversational_completions_are_graded_like_strings():
-    conversational = [[{"role": "assistant", "content": GOOD}], [{"role": "assistant", "content": [{"type": "text", "text": GOOD}]}]]
+    conversational = [
+        [{"role": "assistant", "content": GOOD}],
+        [{"role": "assistant", "content": [{"type": "text", "text": GOOD}]}],
+    ]
     assert format_reward(conversational) == [10.0, 10.0]
     assert accuracy_reward(conversational, answer=["5", "5"]) == [10.0, 10.0]
 
 
-@pytest.mark.parametrize("bad", [None, "", 5, 3.5, b"<answer>5</answer>", [], [None], [{"role": "assistant"}], {"x": 1}, object()])
+@pytest.mark.parametrize(
+    "bad", [None, "", 5, 3.5, b"<answer>5</answer>", [], [None], [{"role": "assistant"}], {"x": 1}, object()]
+)
 def test_empty_none_or_non_string_completions_get_zero_not_an_exception(bad):
     assert format_reward([bad]) == [0.0]
     assert accuracy_reward([bad], answer=["5"]) == [0.0]
@@ -185,9 +193,13 @@ def test_adversarial_completions_get_zero_within_a_second_in_worker_threads():
 def test_adversarial_completions_get_zero_within_a_second_in_a_worker_process():
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        pool.submit(accuracy_reward, [GOOD.replace("5", r"\sqrt{25}")], answer=["5"]).result(timeout=120)  # warm imports
+        pool.submit(accuracy_reward, [GOOD.replace("5", r"\sqrt{25}")], answer=["5"]).result(
+            timeout=120
+        )  # warm imports
         start = time.perf_counter()
-        rewards = pool.submit(accuracy_reward, _adversarial_completions(), answer=["5"] * len(_adversarial_completions()))
+        rewards = pool.submit(
+            accuracy_reward, _adversarial_completions(), answer=["5"] * len(_adversarial_completions())
+        )
         assert rewards.result(timeout=120) == [0.0] * len(_adversarial_completions())
     # Per completion, including pickling megabytes to the worker and back.
     assert (time.perf_counter() - start) / len(_adversarial_completions()) < 1.0

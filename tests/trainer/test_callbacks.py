@@ -1,8 +1,8 @@
 """CollapseWarningCallback: hand-made metric sequences replayed through ``on_log`` as a trainer would."""
 
 import logging
-from pathlib import Path
 import math
+from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback as TrainerCallbackBase
@@ -31,7 +31,7 @@ def collapsing_run():
     """Entropy low, then rising past ln 2 from step 6; the format reward holds until step 10, then falls."""
     entropy = [0.45, 0.42, 0.40, 0.41, 0.43, 0.70, 0.95, 1.20, 1.40, 1.60, 1.80, 2.0, 2.1, 2.2]
     fmt = [10, 10, 10, 10, 10, 10, 10, 10, 9.5, 9, 6, 3, 1, 0]
-    return [{"entropy": h, FMT: f, "loss": 0.1} for h, f in zip(entropy, fmt)]
+    return [{"entropy": h, FMT: f, "loss": 0.1} for h, f in zip(entropy, fmt, strict=False)]
 
 
 def healthy_run():
@@ -73,7 +73,7 @@ def test_entropy_ema_matches_a_plain_recomputation():
     rows = collapsing_run()
     _, logged = replay(CollapseWarningCallback(), rows)
     ema = rows[0]["entropy"]
-    for row, logs in zip(rows[1:], logged[1:]):
+    for row, logs in zip(rows[1:], logged[1:], strict=False):
         ema = 0.3 * row["entropy"] + 0.7 * ema
         assert logs["monitor/entropy_ema"] == pytest.approx(ema)
 
@@ -116,7 +116,7 @@ def test_gtpo_filtered_fraction_alone_triggers_the_warning():
     rows = [{"entropy": 0.3, "gtpo/filtered_frac": f, FMT: 10.0} for f in frac]
     _, logged = replay(CollapseWarningCallback(), rows)
     # EMA: 0, 0, 0, 0.27, 0.459, 0.5913, 0.68391 -> ≥0.5 at steps 6 and 7 -> patience 2 -> step 7.
-    assert [s for s, l in enumerate(logged, 1) if l["monitor/collapse_warning"]][0] == 7
+    assert [s for s, row in enumerate(logged, 1) if row["monitor/collapse_warning"]][0] == 7
     assert logged[-1]["monitor/filtered_frac_ema"] == pytest.approx(0.68391)
 
 
@@ -135,7 +135,6 @@ def test_bad_action_and_rule_are_one_line_errors():
 
 
 def test_gtpo_train_reads_collapse_warning_from_recipe_and_flag(tmp_path):
-    from gtpo import cli
     from gtpo.cli import arguments
 
     recipe = tmp_path / "r.yaml"
@@ -150,7 +149,6 @@ def test_gtpo_train_reads_collapse_warning_from_recipe_and_flag(tmp_path):
 
 def test_gtpo_train_bad_collapse_warning_is_one_line(capsys):
     from gtpo import cli
-    from gtpo.cli import arguments
 
     assert cli.main(["train", "--collapse_warning", "panic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -180,7 +178,9 @@ def test_replay_script_measures_lead_time_and_false_alarms(tmp_path, capsys):
     assert script.main([str(tmp_path / "collapse"), str(tmp_path / "healthy"), "--json", str(out)]) == 0
     results = {Path(r["run"]).name: r for r in json.loads(out.read_text())}
     # The callback test's hand figures: warning at 9; fall 12 is the first of 3 steps 25% below the best.
-    assert results["collapse"]["warning_step"] == 9 and results["collapse"]["fall_step"] == format_fall_step(runs["collapse"])
+    assert results["collapse"]["warning_step"] == 9 and results["collapse"]["fall_step"] == format_fall_step(
+        runs["collapse"]
+    )
     assert results["collapse"]["lead_steps"] == 3 and results["collapse"]["verdict"] == "early"
     assert results["healthy"]["verdict"] == "quiet"
     assert "false alarms: 0" in capsys.readouterr().out
@@ -198,10 +198,10 @@ def test_stop_action_ends_a_real_trl_and_gtpo_run_and_trackers_see_monitor_keys(
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from trainer_helpers import FixedGeneration, make_dataset, table_reward
     from trl import GRPOConfig, GRPOTrainer
 
     from gtpo import GTPOConfig, GTPOTrainer
+    from trainer_helpers import FixedGeneration, make_dataset, table_reward
 
     class Collector(TrainerCallbackBase):
         def __init__(self):
@@ -213,14 +213,33 @@ def test_stop_action_ends_a_real_trl_and_gtpo_run_and_trackers_see_monitor_keys(
     base, config = (GRPOTrainer, GRPOConfig) if algorithm == "trl-grpo" else (GTPOTrainer, GTPOConfig)
     trainer_cls = type("Fixed", (FixedGeneration, base), {})
     extra = {} if algorithm == "trl-grpo" else {"initial_entropy": 1.0}
-    args = config(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
-                  max_completion_length=4, max_steps=3, report_to=[], use_cpu=True, bf16=False, logging_steps=1,
-                  save_strategy="no", disable_tqdm=True, gradient_checkpointing=False, **extra)
+    args = config(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        max_steps=3,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        gradient_checkpointing=False,
+        **extra,
+    )
     collector = Collector()
-    trainer = trainer_cls(model=tiny_model_path, reward_funcs=table_reward, args=args,
-                          train_dataset=make_dataset(16), callbacks=[collector])
+    trainer = trainer_cls(
+        model=tiny_model_path,
+        reward_funcs=table_reward,
+        args=args,
+        train_dataset=make_dataset(16),
+        callbacks=[collector],
+    )
     # A rule that fires on the first log: the random tiny model's entropy (~6 nats) is above 0.
-    CollapseWarningCallback(action="stop", rule=CollapseRule(entropy_threshold=0.0, entropy_rise=-1.0, patience=1)).attach(trainer)
+    CollapseWarningCallback(
+        action="stop", rule=CollapseRule(entropy_threshold=0.0, entropy_rise=-1.0, patience=1)
+    ).attach(trainer)
     trainer.train()
     assert trainer.state.global_step == 1  # stopped at the warning, not at max_steps=3
     assert (tmp_path / "out" / "checkpoint-1").is_dir()  # and saved there
@@ -228,7 +247,9 @@ def test_stop_action_ends_a_real_trl_and_gtpo_run_and_trackers_see_monitor_keys(
     assert collector.logs[0]["monitor/entropy_ema"] == pytest.approx(collector.logs[0]["entropy"])
 
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "collapse"  # reduced copies of real metrics.jsonl (SmolLM2, synthetic)
+FIXTURES = (
+    Path(__file__).parents[1] / "fixtures" / "collapse"
+)  # reduced copies of real metrics.jsonl (SmolLM2, synthetic)
 
 
 def _rows(name):
@@ -270,8 +291,13 @@ def test_replay_script_on_recorded_runs_reports_the_late_backstop_and_the_grpo_a
 
     script = _replay_script()
     out = tmp_path / "r.json"
-    assert script.main([str(FIXTURES / n) for n in ("gtpo-lr3e-3.jsonl", "gtpo-lr1e-3.jsonl", "grpo-lr1e-3.jsonl")]
-                       + ["--json", str(out)]) == 0
+    assert (
+        script.main(
+            [str(FIXTURES / n) for n in ("gtpo-lr3e-3.jsonl", "gtpo-lr1e-3.jsonl", "grpo-lr1e-3.jsonl")]
+            + ["--json", str(out)]
+        )
+        == 0
+    )
     results = {Path(r["run"]).stem: r for r in json.loads(out.read_text())}
     # The collapse: fall (3 smoothed logs 25% below the best) at the first step of that streak; the
     # backstop (30%, 2 logs) cannot come before it.

@@ -44,5 +44,7 @@ def test_sft_command_trains_and_saves_an_adapter(tmp_path, tiny_model_path, caps
     assert (run_dir / "model" / "adapter_model.safetensors").stat().st_size > 0
     config = json.loads((run_dir / "model" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == tiny_model_path
-    losses = [row["loss"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+    losses = [
+        row["loss"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row
+    ]
     assert len(losses) == 2

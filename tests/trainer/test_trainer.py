@@ -16,13 +16,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-from trainer_helpers import FixedGeneration, make_dataset, max_abs_diff, table_reward, trainable_state  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
-
 import trl  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
 from gtpo import GTPOConfig, GTPOTrainer, core  # noqa: E402
 from gtpo.trainer import initial_entropy as entropy_init  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trainer_helpers import FixedGeneration, make_dataset, max_abs_diff, table_reward, trainable_state  # noqa: E402
 
 GTPO_CORE_KEYS = {
     "gtpo/conflict_token_frac",
@@ -152,7 +152,7 @@ def test_defaults_follow_the_paper_and_resolve_bf16_by_device(tmp_path):
 def test_every_gtpo_field_is_documented_with_help():
     from dataclasses import fields
 
-    ours = {f.name: f for f in fields(GTPOConfig)} .keys() - {f.name for f in fields(GRPOConfig)}
+    ours = {f.name: f for f in fields(GTPOConfig)}.keys() - {f.name for f in fields(GRPOConfig)}
     assert ours == {
         "algorithm",
         "conflict_correction",
@@ -176,11 +176,26 @@ def test_gtpo_fields_parse_from_the_command_line(tmp_path):
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(GTPOConfig)
-    (args,) = parser.parse_args_into_dataclasses([
-        "--output_dir", str(tmp_path), "--report_to", "none", "--use_cpu", "true",
-        "--conflict_correction", "false", "--entropy_filter", "negative_only", "--initial_entropy", "0.5",
-        "--gtpo_aggregation", "reference", "--conflict_combine", "product",
-    ])
+    (args,) = parser.parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--report_to",
+            "none",
+            "--use_cpu",
+            "true",
+            "--conflict_correction",
+            "false",
+            "--entropy_filter",
+            "negative_only",
+            "--initial_entropy",
+            "0.5",
+            "--gtpo_aggregation",
+            "reference",
+            "--conflict_combine",
+            "product",
+        ]
+    )
     assert (args.conflict_correction, args.entropy_filter, args.initial_entropy) == (False, "negative_only", 0.5)
     assert (args.gtpo_aggregation, args.conflict_combine) == ("reference", "product")
     with pytest.raises(SystemExit):  # argparse lists the choices
@@ -241,25 +256,33 @@ def test_trl_version_and_hook_signatures_are_pinned():
 
 def test_trainer_needs_a_gtpo_config(tmp_path, tiny_model_path):
     with pytest.raises(TypeError, match="GTPOConfig"):
-        GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GRPOConfig(**settings(tmp_path)),
-                    train_dataset=make_dataset())
+        GTPOTrainer(
+            model=tiny_model_path,
+            reward_funcs=table_reward,
+            args=GRPOConfig(**settings(tmp_path)),
+            train_dataset=make_dataset(),
+        )
 
 
 def test_dataset_without_prompt_column_is_rejected(tmp_path, tiny_model_path):
     data = make_dataset().rename_column("prompt", "question")
     with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(columns: \['question', 'answer'\]\)"):
-        GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)),
-                    train_dataset=data)
+        GTPOTrainer(
+            model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)), train_dataset=data
+        )
 
 
 @pytest.mark.parametrize("dataset", [None, "empty"])
 def test_auto_filter_without_training_prompts_is_refused_when_the_trainer_is_built(tmp_path, tiny_model_path, dataset):
     # No dataset at all: TRL's own check fires first ("`train_dataset` is required"); an empty one: ours.
     data = make_dataset().select([]) if dataset == "empty" else None
-    pattern = r"no train_dataset \(or it is empty\); set GTPOConfig.initial_entropy" if data is not None else "train_dataset"
+    pattern = (
+        r"no train_dataset \(or it is empty\); set GTPOConfig.initial_entropy" if data is not None else "train_dataset"
+    )
     with pytest.raises(ValueError, match=pattern):
-        GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)),
-                    train_dataset=data)
+        GTPOTrainer(
+            model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**settings(tmp_path)), train_dataset=data
+        )
 
 
 def raises_on_seven(completions, **kwargs):
@@ -289,14 +312,17 @@ def text_reward(completions, **kwargs):
         (one_reward_short, r"reward function 'one_reward_short' returned 7 rewards for 8 completions"),
         (nan_on_six, r"reward function 'nan_on_six' returned nan .* on row \d+ .*answer is six"),
         (text_reward, r"reward function 'text_reward' returned a str \('good'\), not a number on row 0"),
-        (async_raises_on_seven,
-         r"reward function 'async_raises_on_seven' raised ZeroDivisionError: .* on row \d+ .*It is seven"),
+        (
+            async_raises_on_seven,
+            r"reward function 'async_raises_on_seven' raised ZeroDivisionError: .* on row \d+ .*It is seven",
+        ),
     ],
 )
 def test_bad_reward_function_fails_naming_function_and_row(tmp_path, tiny_model_path, reward, pattern):
     args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0))
-    trainer = FixedGTPO(model=tiny_model_path, reward_funcs=[table_reward, reward], args=args,
-                        train_dataset=make_dataset())
+    trainer = FixedGTPO(
+        model=tiny_model_path, reward_funcs=[table_reward, reward], args=args, train_dataset=make_dataset()
+    )
     with pytest.raises(ValueError, match=pattern):
         trainer.train()
 
@@ -317,10 +343,18 @@ def test_reward_functions_keep_their_names_and_none_stays_allowed(tmp_path, tiny
 
 def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_model_path):
     collector = LogCollector()
-    args = GTPOConfig(**settings(
-        tmp_path, max_steps=2, initial_entropy_prompts=4, gradient_checkpointing=True,
-        eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=8, learning_rate=1e-3,
-    ))
+    args = GTPOConfig(
+        **settings(
+            tmp_path,
+            max_steps=2,
+            initial_entropy_prompts=4,
+            gradient_checkpointing=True,
+            eval_strategy="steps",
+            eval_steps=2,
+            per_device_eval_batch_size=8,
+            learning_rate=1e-3,
+        )
+    )
     trainer, before, after = run(
         FixedGTPO, tiny_model_path, args, dataset=make_dataset(16), eval_dataset=make_dataset(4), callbacks=[collector]
     )
@@ -344,11 +378,18 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
     [
         (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0), dict(loss_type="grpo")),
         (dict(algorithm="grpo", beta=0.04, loss_type="dapo"), dict(beta=0.04, loss_type="dapo")),
-        *[(dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t),
-           dict(loss_type=t)) for t in ("dapo", "dr_grpo", "bnpo")],
+        *[
+            (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t), dict(loss_type=t))
+            for t in ("dapo", "dr_grpo", "bnpo")
+        ],
     ],
-    ids=["gtpo-components-off", "algorithm-grpo-with-kl", "components-off-dapo", "components-off-dr_grpo",
-         "components-off-bnpo"],
+    ids=[
+        "gtpo-components-off",
+        "algorithm-grpo-with-kl",
+        "components-off-dapo",
+        "components-off-dr_grpo",
+        "components-off-bnpo",
+    ],
 )
 def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gtpo_overrides, grpo_overrides):
     common = settings(tmp_path, **SGD)
@@ -367,8 +408,9 @@ def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gt
 def test_gtpo_update_differs_from_grpo_on_conflicting_groups(tmp_path, tiny_model_path):
     """The control for the test above: with conflict correction on, the same step is not GRPO's."""
     common = settings(tmp_path, **SGD)
-    _, before, gtpo_after = run(FixedGTPO, tiny_model_path, GTPOConfig(**common, entropy_filter="never",
-                                                                         entropy_gamma=0.0))
+    _, before, gtpo_after = run(
+        FixedGTPO, tiny_model_path, GTPOConfig(**common, entropy_filter="never", entropy_gamma=0.0)
+    )
     _, _, grpo_after = run(FixedGRPO, tiny_model_path, GRPOConfig(**common, loss_type="grpo"))
     assert max_abs_diff(gtpo_after, grpo_after) > 1e-3
 
@@ -391,13 +433,21 @@ def test_no_extra_forward_pass_beyond_trl_grpo(tmp_path, tiny_model_path, monkey
 @pytest.mark.parametrize("aggregation", ["sequence", "reference", "dapo", "dr_grpo"])
 def test_gradient_accumulation_split_gives_the_same_update(tmp_path, tiny_model_path, aggregation):
     # bnpo is left out on purpose: TRL's bnpo is a token mean per micro-batch, which depends on the split.
-    loss = dict(gtpo_aggregation=aggregation) if aggregation in ("sequence", "reference") else dict(loss_type=aggregation)
+    loss = (
+        dict(gtpo_aggregation=aggregation) if aggregation in ("sequence", "reference") else dict(loss_type=aggregation)
+    )
     updates = []
     for batch, accumulation in [(8, 1), (4, 2), (2, 4)]:
-        args = GTPOConfig(**settings(
-            tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-            initial_entropy=1.0, **loss, **SGD,
-        ))
+        args = GTPOConfig(
+            **settings(
+                tmp_path,
+                per_device_train_batch_size=batch,
+                gradient_accumulation_steps=accumulation,
+                initial_entropy=1.0,
+                **loss,
+                **SGD,
+            )
+        )
         _, before, after = run(FixedGTPO, tiny_model_path, args)
         updates.append({k: after[k] - before[k] for k in before})
     assert max(v.abs().max().item() for v in updates[0].values()) > 1e-3
@@ -416,8 +466,9 @@ def test_reference_aggregation_is_the_authors_sum_over_one_group(tmp_path, tiny_
         return loss, metrics
 
     monkeypatch.setattr(core, "gtpo_loss", recording)
-    args = GTPOConfig(**settings(tmp_path, per_device_train_batch_size=4, gtpo_aggregation="reference",
-                                 initial_entropy=1.0))
+    args = GTPOConfig(
+        **settings(tmp_path, per_device_train_batch_size=4, gtpo_aggregation="reference", initial_entropy=1.0)
+    )
     trainer, _, _ = run(FixedGTPO, tiny_model_path, args)
     assert len(seen) == 1
     assert trainer.state.log_history[0]["loss"] == pytest.approx(seen[0].item(), rel=1e-5, abs=1e-6)
@@ -449,8 +500,13 @@ def test_lora_trains_only_the_adapter_and_loads_no_reference(tmp_path, tiny_mode
 
     args = GTPOConfig(**settings(tmp_path, max_steps=2, initial_entropy=1.0, learning_rate=1e-2))
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = FixedGTPO(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(),
-                        peft_config=peft_config)
+    trainer = FixedGTPO(
+        model=tiny_model_path,
+        reward_funcs=table_reward,
+        args=args,
+        train_dataset=make_dataset(),
+        peft_config=peft_config,
+    )
     frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
     before = trainable_state(trainer.model)
     trainer.train()
@@ -465,8 +521,9 @@ def test_measuring_initial_entropy_leaves_the_training_samples_unchanged(tmp_pat
     """Sampling for ⟨H⟩_ini runs on a forked RNG: a measured run equals a run given the same value."""
     common = settings(tmp_path, max_steps=2, initial_entropy_prompts=6, learning_rate=1e-2)
     measured, _, after_measured = run(GTPOTrainer, tiny_model_path, GTPOConfig(**common))
-    given, _, after_given = run(GTPOTrainer, tiny_model_path,
-                                GTPOConfig(**common, initial_entropy=measured.initial_entropy))
+    given, _, after_given = run(
+        GTPOTrainer, tiny_model_path, GTPOConfig(**common, initial_entropy=measured.initial_entropy)
+    )
     assert measured._initial_entropy_source == "measured" and given._initial_entropy_source == "config"
     assert max_abs_diff(after_measured, after_given) == 0
     rewards = [log["reward"] for log in measured.state.log_history if "reward" in log]
@@ -495,12 +552,15 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
             return tensor
 
         return SimpleNamespace(
-            accelerator=SimpleNamespace(device=torch.device("cpu"), num_processes=world, process_index=rank,
-                                        reduce=reduce),
-            args=SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1,
-                                 gradient_checkpointing_kwargs=None),
-            model=SimpleNamespace(is_gradient_checkpointing=False, training=True, eval=lambda: None,
-                                  train=lambda mode=True: None),
+            accelerator=SimpleNamespace(
+                device=torch.device("cpu"), num_processes=world, process_index=rank, reduce=reduce
+            ),
+            args=SimpleNamespace(
+                per_device_train_batch_size=2, steps_per_generation=1, gradient_checkpointing_kwargs=None
+            ),
+            model=SimpleNamespace(
+                is_gradient_checkpointing=False, training=True, eval=lambda: None, train=lambda mode=True: None
+            ),
             _tokenizer=SimpleNamespace(pad_token_id=0),
             eos_token_ids=[7],
             mask_truncated_completions=False,
@@ -540,15 +600,23 @@ def test_resume_matches_uninterrupted_run_and_keeps_initial_entropy(tmp_path, ti
         return original(trainer, prompts)
 
     monkeypatch.setattr(entropy_init, "measure_initial_entropy", counting)
-    common = dict(max_steps=4, save_strategy="steps", save_steps=2, initial_entropy_prompts=4,
-                  learning_rate=1e-2, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    common = dict(
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        initial_entropy_prompts=4,
+        learning_rate=1e-2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+    )
 
     full, _, after_full = run(GTPOTrainer, tiny_model_path, GTPOConfig(**settings(tmp_path / "a", **common)))
     assert measurements == [4]
 
     args = GTPOConfig(**settings(tmp_path / "b", **common))
-    interrupted = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args,
-                              train_dataset=make_dataset(), callbacks=[StopAt(2)])
+    interrupted = GTPOTrainer(
+        model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(), callbacks=[StopAt(2)]
+    )
     interrupted.train()
     checkpoint = Path(args.output_dir) / "checkpoint-2"
     state = json.loads((checkpoint / entropy_init.STATE_FILE).read_text())
@@ -568,8 +636,13 @@ def test_resume_matches_uninterrupted_run_and_keeps_initial_entropy(tmp_path, ti
 
 @pytest.mark.parametrize(
     "name, distributed_type, zero_stage, machines",
-    [("ddp", "MULTI_GPU", None, 1), ("zero2", "DEEPSPEED", 2, 1), ("zero3", "DEEPSPEED", 3, 1),
-     ("fsdp", "FSDP", None, 1), ("multi_node", "DEEPSPEED", 3, 2)],
+    [
+        ("ddp", "MULTI_GPU", None, 1),
+        ("zero2", "DEEPSPEED", 2, 1),
+        ("zero3", "DEEPSPEED", 3, 1),
+        ("fsdp", "FSDP", None, 1),
+        ("multi_node", "DEEPSPEED", 3, 2),
+    ],
 )
 def test_shipped_accelerate_configs_parse(name, distributed_type, zero_stage, machines):
     from accelerate.commands.config.config_args import load_config_from_file

@@ -64,19 +64,36 @@ def test_split_across_ranks_equals_single_process(tmp_path, tiny_model_path, los
     # The shipped DDP config, on CPU: `--cpu` would make accelerate run one process (multi-CPU needs
     # mpirun), while the DDP launcher with use_cpu=True in GTPOConfig gives two CPU ranks on gloo.
     double = _run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
-         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
-         str(WORKER), str(double_out), "--per-device", "3", *loss],
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(DDP_CONFIG),
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "no",
+            "--main_process_port",
+            str(_free_port()),
+            str(WORKER),
+            str(double_out),
+            "--per-device",
+            "3",
+            *loss,
+        ],
         double_out,
     )
     assert json.loads((double_out / "rank1.json").read_text())["world_size"] == 2
     # ⟨H⟩_ini over 5 prompts spread over 2 ranks (one padding repeat, weight 0) = over 5 prompts in one.
-    measured = [json.loads((out / f"rank{r}.json").read_text())["initial_entropy"]
-                for out, r in ((single_out, 0), (double_out, 0), (double_out, 1))]
+    measured = [
+        json.loads((out / f"rank{r}.json").read_text())["initial_entropy"]
+        for out, r in ((single_out, 0), (double_out, 0), (double_out, 1))
+    ]
     assert measured[0] == pytest.approx(measured[1], abs=1e-5) and measured[1] == measured[2]
     assert [r["row"] for r in single] == [r["row"] for r in double] == list(range(12))
     assert [r["rank"] for r in double] == [0] * 6 + [1] * 6
-    for one, two in zip(single, double):
+    for one, two in zip(single, double, strict=False):
         assert (one["prompt"], one["ids"]) == (two["prompt"], two["ids"])  # the same generated batch
         assert one["advantage"] == pytest.approx(two["advantage"], abs=1e-6)
         assert (one["forward"], one["backward"], one["lambda"]) == (two["forward"], two["backward"], two["lambda"])

@@ -15,9 +15,9 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from test_trainer import FixedGTPO, settings  # noqa: E402
-from trainer_helpers import make_dataset, table_reward  # noqa: E402
 
 from gtpo import GTPOConfig, core  # noqa: E402
+from trainer_helpers import make_dataset, table_reward  # noqa: E402
 
 
 def _recorded_step(tmp_path, tiny_model_path, monkeypatch, **overrides):
@@ -111,7 +111,11 @@ def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tm
 
     args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0, entropy_gamma=0.1))  # ⟨H⟩_ini ≥ ln 2: no filter
     trainer = SimpleNamespace(  # the attributes the two methods read, on one process
-        args=args, initial_entropy=1.0, epsilon_low=0.2, epsilon_high=0.2, _metrics={"train": defaultdict(list)},
+        args=args,
+        initial_entropy=1.0,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        _metrics={"train": defaultdict(list)},
         accelerator=SimpleNamespace(reduce=lambda t, reduction: t, gather=lambda t: t),
     )
     trainer._loss_advantages = GTPOTrainer._loss_advantages.__get__(trainer)

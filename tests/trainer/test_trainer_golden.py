@@ -21,7 +21,7 @@ def test_three_step_run_logs_the_numbers_recorded_before_the_refactor(tmp_path, 
     expected = json.loads(FIXTURE.read_text())
     got = golden_numbers(tiny_model_path, str(tmp_path / "out"))
     assert len(got["steps"]) == len(expected["steps"]) == 3
-    for step, (row, want) in enumerate(zip(got["steps"], expected["steps"]), start=1):
+    for step, (row, want) in enumerate(zip(got["steps"], expected["steps"], strict=False), start=1):
         assert row.keys() == want.keys(), f"step {step}: logged keys changed"
         for key in want:
             assert row[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), f"step {step}: {key}"

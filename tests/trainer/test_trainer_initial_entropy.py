@@ -18,9 +18,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from test_trainer import settings  # noqa: E402
-from trainer_helpers import make_dataset, table_reward  # noqa: E402
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
+from trainer_helpers import make_dataset, table_reward  # noqa: E402
 
 # Completion texts by prompt index (mod 4): "!" endings are cut before EOS (truncated), the others end with EOS.
 ENDINGS = ["The answer is four.", "We add", "It is seven.", "so the sum is"]
@@ -38,8 +38,9 @@ class CountingRollout:
         prompt_ids, completion_ids = [], []
         for messages in prompts:
             index = int(messages[-1]["content"].split()[2])  # "What is {i} + ..."
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             text = ENDINGS[index % 4]
             completion = self.tokenizer.encode(text, add_special_tokens=False)
             if index % 2 == 0:  # even rows end with EOS, odd rows are truncated (no EOS)
@@ -76,8 +77,9 @@ def _measure(model_path, tmp_path, n=6, **overrides):
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     rollout = CountingRollout(tokenizer)
     args = GTPOConfig(**settings(tmp_path, initial_entropy_prompts=n, per_device_train_batch_size=4, **overrides))
-    trainer = GTPOTrainer(model=model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(),
-                          rollout_func=rollout)
+    trainer = GTPOTrainer(
+        model=model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(), rollout_func=rollout
+    )
     trainer.model.train()  # as during training
     trainer._measure_initial_entropy()
     return trainer, rollout
@@ -133,10 +135,12 @@ def test_all_completions_truncated_and_masked_falls_back_to_them_with_a_warning(
 
     tokenizer = AutoTokenizer.from_pretrained(sharp_model)
     rollout = AllTruncated(tokenizer)
-    args = GTPOConfig(**settings(tmp_path, initial_entropy_prompts=4, per_device_train_batch_size=4,
-                                 mask_truncated_completions=True))
-    trainer = GTPOTrainer(model=sharp_model, reward_funcs=table_reward, args=args, train_dataset=make_dataset(),
-                          rollout_func=rollout)
+    args = GTPOConfig(
+        **settings(tmp_path, initial_entropy_prompts=4, per_device_train_batch_size=4, mask_truncated_completions=True)
+    )
+    trainer = GTPOTrainer(
+        model=sharp_model, reward_funcs=table_reward, args=args, train_dataset=make_dataset(), rollout_func=rollout
+    )
     with caplog.at_level("WARNING", logger="gtpo.trainer.initial_entropy"):
         trainer._measure_initial_entropy()
     assert "every sampled completion was truncated" in caplog.text

@@ -33,9 +33,9 @@ def one_thread():
 def test_smollm2_lora_two_steps_with_paper_prompt_and_rewards(tmp_path, one_thread):
     from peft import LoraConfig
 
-    from gtpo.tasks.registry import load_task
     from gtpo.models import load_model, load_tokenizer
     from gtpo.tasks.prompts import SYSTEM_PROMPT
+    from gtpo.tasks.registry import load_task
     from gtpo.tasks.rewards import get_reward_funcs
 
     dataset = load_task("synthetic", "train", num_examples=8)
@@ -81,7 +81,12 @@ def test_smollm2_lora_two_steps_with_paper_prompt_and_rewards(tmp_path, one_thre
     logs = [log for log in collector.logs if "loss" in log]
     assert len(logs) == 2
     for log in logs:
-        assert {"rewards/format_reward/mean", "rewards/accuracy_reward/mean", "gtpo/mean_lambda",
-                "gtpo/filtered_frac", "gtpo/initial_entropy"} <= log.keys()
+        assert {
+            "rewards/format_reward/mean",
+            "rewards/accuracy_reward/mean",
+            "gtpo/mean_lambda",
+            "gtpo/filtered_frac",
+            "gtpo/initial_entropy",
+        } <= log.keys()
         assert math.isfinite(log["loss"])
     assert 0 < trainer.initial_entropy < math.log(len(tokenizer))

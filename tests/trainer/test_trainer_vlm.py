@@ -19,9 +19,9 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from test_trainer import settings  # noqa: E402
-from tiny_vlm import build_tiny_gemma3  # noqa: E402
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
+from tiny_vlm import build_tiny_gemma3  # noqa: E402
 
 
 def length_reward(completions, **kwargs):
@@ -32,13 +32,24 @@ def test_vlm_trains_with_initial_entropy_measured_through_trls_generation_path(t
     model_dir = build_tiny_gemma3(tmp_path / "tiny-gemma3")
     rng = np.random.default_rng(0)
     images = [Image.fromarray((rng.random((28, 28, 3)) * 255).astype("uint8")) for _ in range(8)]
-    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is in picture {i}?"}] for i in range(8)],
-                              "image": images})
-    args = GTPOConfig(**settings(tmp_path, per_device_train_batch_size=4, num_generations=2, initial_entropy_prompts=3,
-                                 temperature=0.7, learning_rate=0.1, max_steps=1))
+    data = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"What is in picture {i}?"}] for i in range(8)], "image": images}
+    )
+    args = GTPOConfig(
+        **settings(
+            tmp_path,
+            per_device_train_batch_size=4,
+            num_generations=2,
+            initial_entropy_prompts=3,
+            temperature=0.7,
+            learning_rate=0.1,
+            max_steps=1,
+        )
+    )
     processor = AutoProcessor.from_pretrained(model_dir)
-    trainer = GTPOTrainer(model=str(model_dir), reward_funcs=length_reward, args=args, train_dataset=data,
-                          processing_class=processor)
+    trainer = GTPOTrainer(
+        model=str(model_dir), reward_funcs=length_reward, args=args, train_dataset=data, processing_class=processor
+    )
     sampled, original = [], trainer._generate
 
     def recording(prompts):
@@ -54,7 +65,7 @@ def test_vlm_trains_with_initial_entropy_measured_through_trls_generation_path(t
 
     model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
     expected = []
-    for prompt, ids, completion, image in zip(measure_prompts, prompt_ids, completion_ids, images):
+    for prompt, ids, completion, image in zip(measure_prompts, prompt_ids, completion_ids, images, strict=False):
         text = processor.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
         inputs = processor(images=[image], text=[text], return_tensors="pt")
         assert inputs["input_ids"][0].tolist() == list(ids)  # the same prompt, image tokens included

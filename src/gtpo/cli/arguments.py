@@ -39,6 +39,7 @@ DEFAULT_TRAIN_RECIPE: dict = {
     "run_name": "smollm2-synthetic-gtpo",
 }
 
+
 @dataclass
 class TaskArguments:
     """What to train on: a task of `gtpo.tasks.load_task`, with the paper's prompt. `gtpo sft`'s script arguments."""
@@ -65,8 +66,10 @@ class TaskArguments:
     )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Replace the run in --output_dir (its run.json, metrics, checkpoints, model, figures); "
-                  "without it a folder that holds a run is refused (see gtpo.runs.folder)."},
+        metadata={
+            "help": "Replace the run in --output_dir (its run.json, metrics, checkpoints, model, figures); "
+            "without it a folder that holds a run is refused (see gtpo.runs.folder)."
+        },
     )
 
 
@@ -79,7 +82,14 @@ class TrainScriptArguments(TaskArguments):
         metadata={"help": "Reward functions by name (gtpo.tasks.REWARD_FUNCS); the paper's: format accuracy."},
     )
     plot: bool = field(default=True, metadata={"help": "Write the training-curve figures into RUN_DIR/figures."})
-    collapse_warning: str = field(default="warn", metadata={"help": "Collapse early warning (gtpo.trainer.callbacks, docs/inspect.md): off, warn, save (also checkpoint) or stop (also end training).", "choices": ["off", "warn", "save", "stop"]})
+    collapse_warning: str = field(
+        default="warn",
+        metadata={
+            "help": "Collapse early warning (gtpo.trainer.callbacks, docs/inspect.md): off, warn, save (also "
+            "checkpoint) or stop (also end training).",
+            "choices": ["off", "warn", "save", "stop"],
+        },
+    )
 
 
 class RecipeParser:

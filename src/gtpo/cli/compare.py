@@ -58,61 +58,122 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gtpo compare", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                usage="gtpo compare [--recipe [NAME=]RECIPE ...] [--variant NAME:FLAGS ...] "
-                                      "[--seeds S ...] --output-dir OUT [options] [-- COMMON TRAIN FLAGS]")
+    p = argparse.ArgumentParser(
+        prog="gtpo compare",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="gtpo compare [--recipe [NAME=]RECIPE ...] [--variant NAME:FLAGS ...] "
+        "[--seeds S ...] --output-dir OUT [options] [-- COMMON TRAIN FLAGS]",
+    )
     arms = p.add_argument_group("what to run (omit all to continue the study in OUT/compare.json)")
-    arms.add_argument("--recipe", action="append", default=[], metavar="[NAME=]RECIPE",
-                      help="a recipe YAML; each is an arm named NAME (default: the file's stem). "
-                           "Repeat for more arms.")
-    arms.add_argument("--variant", action="append", default=[], metavar="NAME:FLAGS",
-                      help="an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' "
-                           "or 'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged")
-    arms.add_argument("--seeds", type=int, nargs="+", default=None,
-                      help="seeds, one run per arm each (default: 0 1 2; on a rerun: seeds to add)")
-    arms.add_argument("--save-steps", type=int, default=10,
-                      help="checkpoint every N steps (what a resume starts from; default: %(default)s)")
-    arms.add_argument("common", nargs="*", metavar="-- COMMON",
-                      help="flags after `--` go to every run's `gtpo train`, before the arm's own "
-                           "(e.g. -- --max_steps 60)")
+    arms.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        metavar="[NAME=]RECIPE",
+        help="a recipe YAML; each is an arm named NAME (default: the file's stem). Repeat for more arms.",
+    )
+    arms.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:FLAGS",
+        help="an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' "
+        "or 'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged",
+    )
+    arms.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds, one run per arm each (default: 0 1 2; on a rerun: seeds to add)",
+    )
+    arms.add_argument(
+        "--save-steps",
+        type=int,
+        default=10,
+        help="checkpoint every N steps (what a resume starts from; default: %(default)s)",
+    )
+    arms.add_argument(
+        "common",
+        nargs="*",
+        metavar="-- COMMON",
+        help="flags after `--` go to every run's `gtpo train`, before the arm's own (e.g. -- --max_steps 60)",
+    )
     how = p.add_argument_group("how to run")
     how.add_argument("-o", "--output-dir", required=True, help="the study folder OUT")
-    how.add_argument("--launcher", default=None,
-                     help="command that runs the gtpo CLI (default: '<this python> -m gtpo.cli'); e.g. "
-                          "'accelerate launch --num_processes 8 -m gtpo.cli' for each run on 8 GPUs")
-    how.add_argument("--dry-run", action="store_true",
-                     help="print the `gtpo train` command of every missing run and stop (run them on many GPUs or "
-                          "nodes yourself, then `gtpo compare -o OUT --aggregate-only`)")
+    how.add_argument(
+        "--launcher",
+        default=None,
+        help="command that runs the gtpo CLI (default: '<this python> -m gtpo.cli'); e.g. "
+        "'accelerate launch --num_processes 8 -m gtpo.cli' for each run on 8 GPUs",
+    )
+    how.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the `gtpo train` command of every missing run and stop (run them on many GPUs or "
+        "nodes yourself, then `gtpo compare -o OUT --aggregate-only`)",
+    )
     how.add_argument("--aggregate-only", action="store_true", help="run nothing; aggregate the finished runs")
-    how.add_argument("--after-run", default=None, metavar="SHELL_COMMAND",
-                     help="a shell command run after each run finishes (and is evaluated), with GTPO_RUN_DIR set to "
-                          "its folder: e.g. to commit or upload it (a failure is reported, the study goes on)")
+    how.add_argument(
+        "--after-run",
+        default=None,
+        metavar="SHELL_COMMAND",
+        help="a shell command run after each run finishes (and is evaluated), with GTPO_RUN_DIR set to "
+        "its folder: e.g. to commit or upload it (a failure is reported, the study goes on)",
+    )
     ev = p.add_argument_group("held-out evaluation (gtpo eval on each finished run's model)")
-    ev.add_argument("--eval", action="store_true",
-                    help="evaluate every run's final model right after it finishes; the settings are kept in "
-                         "compare.json, so continuing the study evaluates too")
+    ev.add_argument(
+        "--eval",
+        action="store_true",
+        help="evaluate every run's final model right after it finishes; the settings are kept in "
+        "compare.json, so continuing the study evaluates too",
+    )
     ev.add_argument("--eval-task", default=None, help="task (default: the recipe's task)")
     ev.add_argument("--eval-split", default=None, help=f"default: {EVAL_DEFAULTS['split']}")
-    ev.add_argument("--eval-n", type=int, default=None,
-                    help=f"samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: {EVAL_DEFAULTS['n']})")
-    ev.add_argument("--eval-limit", type=int, default=None,
-                    help=f"problems evaluated (default: {EVAL_DEFAULTS['limit']})")
+    ev.add_argument(
+        "--eval-n",
+        type=int,
+        default=None,
+        help=f"samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: {EVAL_DEFAULTS['n']})",
+    )
+    ev.add_argument(
+        "--eval-limit", type=int, default=None, help=f"problems evaluated (default: {EVAL_DEFAULTS['limit']})"
+    )
     ev.add_argument("--eval-max-new-tokens", type=int, default=None, help="default: the run's max_completion_length")
-    ev.add_argument("--eval-batch-size", type=int, default=None,
-                    help=f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})")
-    ev.add_argument("--eval-dtype", default=None,
-                    help="the evaluated model's dtype (default: the run's). On CPU, float32 samples a GGUF base "
-                         "model about 4x faster than bfloat16 (transformers keeps its weights packed)")
+    ev.add_argument(
+        "--eval-batch-size",
+        type=int,
+        default=None,
+        help=f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})",
+    )
+    ev.add_argument(
+        "--eval-dtype",
+        default=None,
+        help="the evaluated model's dtype (default: the run's). On CPU, float32 samples a GGUF base "
+        "model about 4x faster than bfloat16 (transformers keeps its weights packed)",
+    )
     rep = p.add_argument_group("aggregation")
-    rep.add_argument("--window", type=int, default=10,
-                     help="last-window length (steps) of the summary, and the moving average of the stability "
-                          "criteria (default: %(default)s)")
-    rep.add_argument("--format-drop", type=float, default=20.0,
-                     help="stability: format %% falling more than this many points below its best counts as a "
-                          "drop (default: %(default)s)")
-    rep.add_argument("--include-unfinished", action="store_true",
-                     help="aggregate unfinished runs too (their last logged window), marked as partial")
+    rep.add_argument(
+        "--window",
+        type=int,
+        default=10,
+        help="last-window length (steps) of the summary, and the moving average of the stability "
+        "criteria (default: %(default)s)",
+    )
+    rep.add_argument(
+        "--format-drop",
+        type=float,
+        default=20.0,
+        help="stability: format %% falling more than this many points below its best counts as a "
+        "drop (default: %(default)s)",
+    )
+    rep.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="aggregate unfinished runs too (their last logged window), marked as partial",
+    )
     return p
 
 
@@ -147,8 +208,9 @@ def run_compare(argv: list[str]) -> int:
     if args.save_steps < 1:
         raise ValueError(f"--save-steps must be at least 1, got {args.save_steps}")
     if args.recipe or args.variant:
-        spec = Spec(parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps,
-                    eval_settings(args))
+        spec = Spec(
+            parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps, eval_settings(args)
+        )
         write_or_check_spec(spec, out)
     else:
         path = out / SPEC_FILE
@@ -171,10 +233,13 @@ def run_compare(argv: list[str]) -> int:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         with StudyLock(out):
             failed = run_all(spec, out, launcher, args.after_run)
-    summary = compare_report.aggregate(spec, out, window=args.window, format_drop=args.format_drop,
-                                       include_unfinished=args.include_unfinished)
-    print(f"gtpo compare: {summary['finished_runs']} of {summary['total_runs']} runs finished; "
-          f"summary in {out / 'summary.md'}, figures in {out / 'figures'}")
+    summary = compare_report.aggregate(
+        spec, out, window=args.window, format_drop=args.format_drop, include_unfinished=args.include_unfinished
+    )
+    print(
+        f"gtpo compare: {summary['finished_runs']} of {summary['total_runs']} runs finished; "
+        f"summary in {out / 'summary.md'}, figures in {out / 'figures'}"
+    )
     if failed:
         print(f"gtpo compare: {len(failed)} run(s) failed: {', '.join(failed)}; rerun to retry", file=sys.stderr)
         return 1

@@ -43,8 +43,15 @@ def read_group(path: str) -> dict:
     if not isinstance(comps, list) or not comps or not all(isinstance(c, str) for c in comps):
         raise ValueError(f"{path}: completions must be a non-empty list of texts; {need}")
     if not isinstance(rewards, list) or len(rewards) != len(comps):
-        raise ValueError(f"{path}: {len(comps)} completions but rewards has {len(rewards) if isinstance(rewards, list) else 'no list'}; {need}")
-    bad = [i for i, r in enumerate(rewards) if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)]
+        raise ValueError(
+            f"{path}: {len(comps)} completions but rewards has "
+            f"{len(rewards) if isinstance(rewards, list) else 'no list'}; {need}"
+        )
+    bad = [
+        i
+        for i, r in enumerate(rewards)
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)
+    ]
     if bad:
         raise ValueError(f"{path}: rewards[{bad[0]}] = {rewards[bad[0]]!r} is not a finite number")
     return group
@@ -73,14 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--combine", choices=("union", "product"), help="λ shown in colour (both are in the JSON)")
     p.add_argument("--entropy-filter", dest="entropy_filter", choices=tuple(core.ENTROPY_FILTERS))
     p.add_argument("--entropy-threshold", dest="entropy_threshold", type=float)
-    p.add_argument("--initial-entropy", dest="initial_entropy", type=float,
-                   help="⟨H⟩_ini for δ (default: the recipe's, else the group's mean ⟨H⟩)")
+    p.add_argument(
+        "--initial-entropy",
+        dest="initial_entropy",
+        type=float,
+        help="⟨H⟩_ini for δ (default: the recipe's, else the group's mean ⟨H⟩)",
+    )
     p.add_argument("--gamma", type=float, help="γ of Eq. 7 (default 0.1)")
     p.add_argument("--dtype", help="model dtype (default float32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output-dir", default="inspect", help="where group.json and group.png go (default inspect/)")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="ANSI colour: auto = only on a terminal and without NO_COLOR")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="ANSI colour: auto = only on a terminal and without NO_COLOR",
+    )
     return p
 
 
@@ -93,7 +108,9 @@ def settings_from(args: argparse.Namespace) -> dict:
         settings.update({RECIPE_KEYS[k]: v for k, v in read_recipe(args.config).items() if k in RECIPE_KEYS})
     settings.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
     if settings["num_generations"] < 2:
-        raise ValueError(f"-G must be at least 2 (a group needs two completions to compare), got {settings['num_generations']}")
+        raise ValueError(
+            f"-G must be at least 2 (a group needs two completions to compare), got {settings['num_generations']}"
+        )
     return settings
 
 
@@ -118,18 +135,32 @@ def run_inspect(argv: list[str]) -> int:
         texts, rewards, parts = group["completions"], torch.tensor(group["rewards"], dtype=torch.float32), {}
     else:
         p_ids, ids, mask = sample_completions(
-            model, tokenizer, prompt, num_generations=s["num_generations"], temperature=s["temperature"],
-            max_completion_length=s["max_completion_length"], top_p=s["top_p"], top_k=s["top_k"] or 0, seed=args.seed,
+            model,
+            tokenizer,
+            prompt,
+            num_generations=s["num_generations"],
+            temperature=s["temperature"],
+            max_completion_length=s["max_completion_length"],
+            top_p=s["top_p"],
+            top_k=s["top_k"] or 0,
+            seed=args.seed,
         )
-        texts = [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(ids, mask)]
+        texts = [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(ids, mask, strict=False)]
         rewards, parts = grade(s["reward_funcs"], texts, prompt, answer)
     entropy = completion_entropy(model, p_ids, ids, mask)  # (G, T)
     analysis = analyse_group(
-        ids, mask, rewards, scale_rewards=s["scale_rewards"], positive_weight=s["positive_weight"],
-        token_entropy=entropy, entropy_filter=s["entropy_filter"], entropy_threshold=s["entropy_threshold"],
-        initial_entropy=s["initial_entropy"], gamma=s["gamma"],
+        ids,
+        mask,
+        rewards,
+        scale_rewards=s["scale_rewards"],
+        positive_weight=s["positive_weight"],
+        token_entropy=entropy,
+        entropy_filter=s["entropy_filter"],
+        entropy_threshold=s["entropy_threshold"],
+        initial_entropy=s["initial_entropy"],
+        gamma=s["gamma"],
     )
-    tokens = [[tokenizer.decode([int(t)]) for t in r[m]] for r, m in zip(ids, mask)]
+    tokens = [[tokenizer.decode([int(t)]) for t in r[m]] for r, m in zip(ids, mask, strict=False)]
     record = inspect_render.to_record(analysis, prompt, texts, tokens, parts, s)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,14 +174,15 @@ def run_inspect(argv: list[str]) -> int:
 def _prompt_and_answer(args, s: dict, group: dict | None):
     if group is not None:
         return group["prompt"], group.get("answer")
-    from gtpo.tasks import load_task
-    from gtpo.tasks import build_prompt
+    from gtpo.tasks import build_prompt, load_task
 
     if args.prompt:
         few_shot = s["few_shot"] if s["few_shot"] is not None else (1 if s["task"] == "synthetic" else 0)
         return build_prompt(args.prompt, few_shot=few_shot), args.answer
     dataset = load_task(s["task"], args.split, source=args.source, few_shot=s["few_shot"])
     if not 0 <= args.index < len(dataset):
-        raise ValueError(f"--index {args.index} is out of range: {s['task']}/{args.split} has rows 0..{len(dataset) - 1}")
+        raise ValueError(
+            f"--index {args.index} is out of range: {s['task']}/{args.split} has rows 0..{len(dataset) - 1}"
+        )
     row = dataset[args.index]
     return row["prompt"], row["answer"]

@@ -38,13 +38,19 @@ def _eval_command(kind: str):
         from gtpo.cli import eval as eval_cli
 
         if kind == "eval":
-            parser = argparse.ArgumentParser(prog="gtpo eval", description=eval_cli.EVAL_DESCRIPTION,
-                                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+            parser = argparse.ArgumentParser(
+                prog="gtpo eval",
+                description=eval_cli.EVAL_DESCRIPTION,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            )
             eval_cli.add_eval_arguments(parser)
             eval_cli.run_eval_from_args(parser.parse_args(argv))
         else:
-            parser = argparse.ArgumentParser(prog="gtpo eval-plot", description=eval_cli.PLOT_DESCRIPTION,
-                                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+            parser = argparse.ArgumentParser(
+                prog="gtpo eval-plot",
+                description=eval_cli.PLOT_DESCRIPTION,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            )
             eval_cli.add_eval_plot_arguments(parser)
             eval_cli.run_eval_plot_from_args(parser.parse_args(argv))
         return 0
@@ -54,6 +60,7 @@ def _eval_command(kind: str):
 
 def _lazy_command(module: str, function: str):
     """A subcommand whose module (and its heavy imports) loads only when that subcommand runs."""
+
     def run(argv: list[str]) -> int:
         return getattr(importlib.import_module(module), function)(argv)
 

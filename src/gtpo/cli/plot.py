@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+
 def _plot_argparser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gtpo plot",
@@ -14,11 +15,21 @@ def _plot_argparser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders written by `gtpo train`")
-    parser.add_argument("-o", "--output-dir", default=None,
-                        help="where the PNGs go (default: RUN_DIR/figures for one run, ./figures for several)")
-    parser.add_argument("--labels", nargs="+", default=None, help="legend names, one per RUN_DIR (default: folder names)")
-    parser.add_argument("--smooth", type=int, default=None,
-                        help="moving-average window in steps (default: about 1/8 of the run, at most 50; 1 = raw)")
+    parser.add_argument(
+        "-o",
+        "--output-dir",
+        default=None,
+        help="where the PNGs go (default: RUN_DIR/figures for one run, ./figures for several)",
+    )
+    parser.add_argument(
+        "--labels", nargs="+", default=None, help="legend names, one per RUN_DIR (default: folder names)"
+    )
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=None,
+        help="moving-average window in steps (default: about 1/8 of the run, at most 50; 1 = raw)",
+    )
     return parser
 
 

@@ -50,8 +50,12 @@ def open_run_dir(command: str, argv: list[str], recipe: dict, script_args, train
 
     if training_args.process_index == 0:
         record = run_record(["gtpo", command, *argv], recipe, script_args, training_args, model_args)
-        start_run(Path(training_args.output_dir), record, script_args.overwrite_output_dir,
-                  training_args.resume_from_checkpoint)
+        start_run(
+            Path(training_args.output_dir),
+            record,
+            script_args.overwrite_output_dir,
+            training_args.resume_from_checkpoint,
+        )
 
 
 def plot_run(run_dir: Path) -> list[Path]:
@@ -61,8 +65,8 @@ def plot_run(run_dir: Path) -> list[Path]:
 
 
 def print_summary(run_dir: Path, wall: float, final_dir: Path, figures: list[Path]) -> None:
-    from gtpo.runs.plots import PANELS
     from gtpo.runs.metrics_log import first_last_means, read_metrics
+    from gtpo.runs.plots import PANELS
 
     rows = read_metrics(run_dir)
     print(f"gtpo train: done in {wall / 60:.1f} min; model in {final_dir}; metrics in {run_dir / 'metrics.jsonl'}")

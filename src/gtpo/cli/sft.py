@@ -6,6 +6,7 @@ from gtpo.cli.arguments import sft_parser
 from gtpo.cli.run_setup import load_dataset_for, open_run_dir, plan_run_dir
 from gtpo.trainer.policy import check_model_name
 
+
 def run_sft(argv: list[str]) -> int:
     from gtpo.trainer.sft import sft_dataset, train_sft
 

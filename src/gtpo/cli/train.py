@@ -8,10 +8,11 @@ from gtpo.cli.run_setup import load_dataset_for, open_run_dir, plan_run_dir, plo
 from gtpo.trainer import policy
 from gtpo.trainer.policy import check_model_name
 
+
 def run_train(argv: list[str]) -> int:
-    from gtpo.trainer.trainer import GTPOTrainer
-    from gtpo.trainer.callbacks import CollapseWarningCallback
     from gtpo.tasks import get_reward_funcs
+    from gtpo.trainer.callbacks import CollapseWarningCallback
+    from gtpo.trainer.trainer import GTPOTrainer
 
     parser = train_parser()
     (script_args, training_args, model_args), recipe = parser.parse(
@@ -23,13 +24,24 @@ def run_train(argv: list[str]) -> int:
     check_model_name(model_args, "gtpo train")
     dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
     open_run_dir("train", argv, recipe, script_args, training_args, model_args)
-    print(f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; run folder {run_dir}")
+    print(
+        f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; "
+        f"run folder {run_dir}"
+    )
 
     def attach_collapse_warning(trainer):  # first: loggers see monitor/*
         CollapseWarningCallback(action=script_args.collapse_warning).attach(trainer)
 
-    result = policy.train_policy(GTPOTrainer, dataset, training_args, model_args, run_dir, "gtpo train",
-                                 prepare=attach_collapse_warning, reward_funcs=reward_funcs)
+    result = policy.train_policy(
+        GTPOTrainer,
+        dataset,
+        training_args,
+        model_args,
+        run_dir,
+        "gtpo train",
+        prepare=attach_collapse_warning,
+        reward_funcs=reward_funcs,
+    )
     if training_args.process_index == 0:
         figures = plot_run(run_dir) if script_args.plot else []
         print_summary(run_dir, result["wall"], result["model_dir"], figures)

@@ -21,7 +21,7 @@ def arm_band(curves: list[tuple[list[int], list[float]]], window: int):
         return [], [], [], []
     aligned = []
     for steps, values in curves:
-        smooth = dict(zip(steps, moving_average(values, window)))
+        smooth = dict(zip(steps, moving_average(values, window), strict=False))
         aligned.append([smooth[s] for s in common])
     mean, low, high = stats.band(aligned)
     return common, mean, low, high
@@ -48,7 +48,7 @@ def plot_arms(runs: dict, arm_names: list[str], out_dir: Path, window: int | Non
     window = window or auto_window(longest)
     drawn_panels = []
     for panel in PANELS:
-        keys = dict(zip(names, panel_keys(panel, rows)))
+        keys = dict(zip(names, panel_keys(panel, rows), strict=False))
         arms = {}
         for arm in arm_names:
             curves = [panel_series(panel, runs[n]["rows"], keys[n]) for n in names if n[0] == arm and keys[n]]
@@ -60,9 +60,9 @@ def plot_arms(runs: dict, arm_names: list[str], out_dir: Path, window: int | Non
     written = []
     columns = 3 if len(drawn_panels) <= 6 else 4
     overview, axes = plt.subplots(2, columns, figsize=(5 * columns, 8), constrained_layout=True, squeeze=False)
-    for ax in axes.flat[len(drawn_panels):]:
+    for ax in axes.flat[len(drawn_panels) :]:
         ax.set_visible(False)
-    for (panel, arms, used), ax in zip(drawn_panels, axes.flat):
+    for (panel, arms, used), ax in zip(drawn_panels, axes.flat, strict=False):
         _draw_bands(ax, panel, arms, used, arm_names)
     overview.suptitle(f"Mean over seeds with 95% band (moving average over {window} steps)")
     path = out_dir / "training_curves.png"
@@ -99,18 +99,24 @@ def _draw_bands(ax, panel, arms: dict, used: list[str], arm_names: list[str]) ->
     ax.legend(fontsize=8)
 
 
-def plot_stability(runs: dict, arm_names: list[str], seeds: list[int], path: Path, window: int,
-                   format_drop: float) -> Path:
+def plot_stability(
+    runs: dict, arm_names: list[str], seeds: list[int], path: Path, window: int, format_drop: float
+) -> Path:
     """One panel per run (rows: arms, columns: seeds): smoothed format % (left axis) with its drop steps
     shaded orange, smoothed entropy (right axis) with ln 2 and the first upward crossing marked."""
 
     plt = _setup()
-    fig, axes = plt.subplots(len(arm_names), len(seeds), figsize=(4 * len(seeds), 2.8 * len(arm_names)),
-                             constrained_layout=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(arm_names),
+        len(seeds),
+        figsize=(4 * len(seeds), 2.8 * len(arm_names)),
+        constrained_layout=True,
+        squeeze=False,
+    )
     names = list(runs)
     rows = [(name, runs[name]["rows"]) for name in names]
-    fkeys = dict(zip(names, panel_keys(PANELS_BY_NAME[METRICS["format %"]], rows)))
-    ekeys = dict(zip(names, panel_keys(PANELS_BY_NAME[METRICS["entropy"]], rows)))
+    fkeys = dict(zip(names, panel_keys(PANELS_BY_NAME[METRICS["format %"]], rows), strict=False))
+    ekeys = dict(zip(names, panel_keys(PANELS_BY_NAME[METRICS["entropy"]], rows), strict=False))
     for i, arm in enumerate(arm_names):
         for j, seed in enumerate(seeds):
             ax = axes[i][j]
@@ -136,8 +142,11 @@ def plot_stability(runs: dict, arm_names: list[str], seeds: list[int], path: Pat
             if crossing:
                 twin.axvline(crossing, color="C3", linestyle=":", linewidth=1)
             twin.set_ylabel("entropy (C3)", fontsize=8)
-    fig.suptitle(f"Stability per run: blue = format %, red = entropy, dashed = ln 2; orange = format more than "
-                 f"{format_drop:g} points below its best (moving averages over {window} steps)", fontsize=10)
+    fig.suptitle(
+        f"Stability per run: blue = format %, red = entropy, dashed = ln 2; orange = format more than "
+        f"{format_drop:g} points below its best (moving averages over {window} steps)",
+        fontsize=10,
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -28,8 +28,9 @@ from gtpo.runs.plots import moving_average, panel_keys
 logger = logging.getLogger(__name__)
 
 LN2 = math.log(2.0)
-def stability(steps: list[int], format_pct: list[float], entropy: list[float], window: int,
-              format_drop: float) -> dict:
+
+
+def stability(steps: list[int], format_pct: list[float], entropy: list[float], window: int, format_drop: float) -> dict:
     """Collapse measures of one run, on moving averages over ``window`` steps (one step is one noisy group).
 
     - ``format_drop_steps``: steps where the smoothed format % is more than ``format_drop`` points below the
@@ -39,12 +40,17 @@ def stability(steps: list[int], format_pct: list[float], entropy: list[float], w
       threshold of Eq. 6; a run that starts above ln 2 crosses only after having come below);
       ``entropy_above_ln2_last``: whether the last smoothed value is above ln 2.
     """
-    out = {"format_drop_steps": [], "first_format_drop": None, "max_format_drop": None,
-           "entropy_crosses_ln2": None, "entropy_above_ln2_last": None}
+    out = {
+        "format_drop_steps": [],
+        "first_format_drop": None,
+        "max_format_drop": None,
+        "entropy_crosses_ln2": None,
+        "entropy_above_ln2_last": None,
+    }
     if format_pct:
         smooth = moving_average(format_pct, window)
         best, worst = -math.inf, 0.0
-        for step, value in zip(steps, smooth):
+        for step, value in zip(steps, smooth, strict=False):
             best = max(best, value)
             worst = max(worst, best - value)
             if best - value > format_drop:
@@ -53,7 +59,7 @@ def stability(steps: list[int], format_pct: list[float], entropy: list[float], w
         out["first_format_drop"] = out["format_drop_steps"][0] if out["format_drop_steps"] else None
     if entropy:
         smooth = moving_average(entropy, window)
-        for (s0, v0), (s1, v1) in zip(zip(steps, smooth), zip(steps[1:], smooth[1:])):
+        for v0, s1, v1 in zip(smooth, steps[1:], smooth[1:], strict=False):
             if v0 <= LN2 < v1:
                 out["entropy_crosses_ln2"] = s1
                 break
@@ -86,7 +92,7 @@ def collect(spec, out: Path, window: int, format_drop: float, include_unfinished
     keys = {}
     all_runs = [(name, r["rows"]) for name, r in runs.items()]
     for metric, panel in METRICS.items():  # one key per panel for all runs, as `gtpo plot` chooses
-        keys[metric] = dict(zip(runs, panel_keys(PANELS_BY_NAME[panel], all_runs))) if runs else {}
+        keys[metric] = dict(zip(runs, panel_keys(PANELS_BY_NAME[panel], all_runs), strict=False)) if runs else {}
     for name, run in runs.items():
         rows = run["rows"]
         run["steps"] = len(rows)
@@ -103,10 +109,11 @@ def collect(spec, out: Path, window: int, format_drop: float, include_unfinished
     return runs
 
 
-def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False,
-              figures: bool = True) -> dict:
+def aggregate(
+    spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False, figures: bool = True
+) -> dict:
     """Write OUT/summary.json, OUT/summary.md and (``figures``) OUT/figures/; return the summary dict."""
-    from gtpo.compare.study import run_status, run_dir
+    from gtpo.compare.study import run_dir, run_status
 
     out = Path(out)
     runs = collect(spec, out, window, format_drop, include_unfinished)
@@ -121,22 +128,37 @@ def aggregate(spec, out: Path, window: int = 10, format_drop: float = 20.0, incl
                 per_seed[arm][metric][seed] = value
     arms = {}
     for arm in arm_names:
-        arms[arm] = {"finished_seeds": finished[arm], "aggregated_seeds": sorted(s for a, s in runs if a == arm),
-                     "metrics": {m: stats.mean_interval(list(v.values())).as_dict()
-                                 for m, v in per_seed[arm].items() if v}}
+        arms[arm] = {
+            "finished_seeds": finished[arm],
+            "aggregated_seeds": sorted(s for a, s in runs if a == arm),
+            "metrics": {m: stats.mean_interval(list(v.values())).as_dict() for m, v in per_seed[arm].items() if v},
+        }
     pairs = []
     for a, b in itertools.combinations(arm_names, 2):
         for metric in metric_names:
             diff = stats.paired_difference(per_seed[a][metric], per_seed[b][metric])
             if diff is not None:
-                pairs.append({"a": a, "b": b, "metric": metric, "diff": diff.as_dict(),
-                              "verdict": stats.verdict(diff, a, b)})
+                pairs.append(
+                    {"a": a, "b": b, "metric": metric, "diff": diff.as_dict(), "verdict": stats.verdict(diff, a, b)}
+                )
     summary = {
-        "window": window, "format_drop": format_drop, "include_unfinished": include_unfinished,
-        "total_runs": len(arm_names) * len(spec.seeds), "finished_runs": sum(len(v) for v in finished.values()),
-        "arms": arms, "pairs": pairs,
-        "runs": {f"{a}/seed{s}": {"status": r["status"], "steps": r["steps"], "last_window": r["last_window"],
-                                  "eval": r["eval"], "stability": r["stability"]} for (a, s), r in runs.items()},
+        "window": window,
+        "format_drop": format_drop,
+        "include_unfinished": include_unfinished,
+        "total_runs": len(arm_names) * len(spec.seeds),
+        "finished_runs": sum(len(v) for v in finished.values()),
+        "arms": arms,
+        "pairs": pairs,
+        "runs": {
+            f"{a}/seed{s}": {
+                "status": r["status"],
+                "steps": r["steps"],
+                "last_window": r["last_window"],
+                "eval": r["eval"],
+                "stability": r["stability"],
+            }
+            for (a, s), r in runs.items()
+        },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "summary.md").write_text(summary_markdown(summary, metric_names))
@@ -165,29 +187,46 @@ def summary_markdown(summary: dict, metric_names: list[str]) -> str:
         lines += ["**Partial**: not every run has finished; the numbers below cover the runs listed per arm.", ""]
     if summary["include_unfinished"]:
         lines += ["Unfinished runs are included (their last logged window): marked `partial` below.", ""]
-    lines += [f"Per arm: mean over seeds [95% t-interval] of the last {w} logged steps (training metrics) and of "
-              "the held-out evaluation; format and accuracy in % of their maximum (10).", ""]
+    lines += [
+        f"Per arm: mean over seeds [95% t-interval] of the last {w} logged steps (training metrics) and of "
+        "the held-out evaluation; format and accuracy in % of their maximum (10).",
+        "",
+    ]
     header = ["arm", "seeds"] + metric_names
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for arm, data in summary["arms"].items():
         seeds = ",".join(map(str, data["aggregated_seeds"])) or "none"
         cells = [_fmt(data["metrics"][m]) if m in data["metrics"] else "–" for m in metric_names]
         lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
-    lines += ["", "Paired differences (a − b, same seeds) with 95% t-intervals:", "",
-              "| a − b | metric | difference [95% CI] | n | reading |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Paired differences (a − b, same seeds) with 95% t-intervals:",
+        "",
+        "| a − b | metric | difference [95% CI] | n | reading |",
+        "|---|---|---|---|---|",
+    ]
     for pair in summary["pairs"]:
-        lines.append(f"| {pair['a']} − {pair['b']} | {pair['metric']} | {_fmt(pair['diff'])} | {pair['diff']['n']} "
-                     f"| {pair['verdict']} |")
-    lines += ["", f"Stability per run (moving average over {w} steps): format drop = more than "
-                  f"{summary['format_drop']:g} points below its best so far; entropy crossing = first step the "
-                  "entropy goes above ln 2 from below.", "",
-              "| run | status | steps | first format drop | drop steps | largest drop (points) "
-              "| entropy crosses ln 2 | entropy > ln 2 at the end |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {pair['a']} − {pair['b']} | {pair['metric']} | {_fmt(pair['diff'])} | {pair['diff']['n']} "
+            f"| {pair['verdict']} |"
+        )
+    lines += [
+        "",
+        f"Stability per run (moving average over {w} steps): format drop = more than "
+        f"{summary['format_drop']:g} points below its best so far; entropy crossing = first step the "
+        "entropy goes above ln 2 from below.",
+        "",
+        "| run | status | steps | first format drop | drop steps | largest drop (points) "
+        "| entropy crosses ln 2 | entropy > ln 2 at the end |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, run in summary["runs"].items():
         st = run["stability"]
         status = run["status"] if run["status"] == "finished" else f"partial ({run['status']})"
         largest = "–" if st["max_format_drop"] is None else f"{st['max_format_drop']:.1f}"
-        lines.append(f"| {name} | {status} | {run['steps']} | {st['first_format_drop'] or '–'} "
-                     f"| {len(st['format_drop_steps'])} | {largest} | {st['entropy_crosses_ln2'] or '–'} "
-                     f"| {'yes' if st['entropy_above_ln2_last'] else 'no'} |")
+        lines.append(
+            f"| {name} | {status} | {run['steps']} | {st['first_format_drop'] or '–'} "
+            f"| {len(st['format_drop_steps'])} | {largest} | {st['entropy_crosses_ln2'] or '–'} "
+            f"| {'yes' if st['entropy_above_ln2_last'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"

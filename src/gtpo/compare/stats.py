@@ -121,7 +121,7 @@ def band(curves: list[list[float]]) -> tuple[list[float], list[float], list[floa
     if any(len(c) != length for c in curves):
         raise ValueError("curves of one band must have the same length (align them on common steps first)")
     means, lows, highs = [], [], []
-    for column in zip(*curves):
+    for column in zip(*curves, strict=False):
         interval = mean_interval(list(column))
         means.append(interval.mean)
         lows.append(interval.mean if interval.low is None else interval.low)

@@ -32,14 +32,14 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gtpo.runs.folder import latest_checkpoint, run_status
+from gtpo.runs.metrics_log import prepare_for_resume, read_metrics
+
 logger = logging.getLogger(__name__)
 
 SPEC_FILE = "compare.json"
 LOCK_FILE = "compare.lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-from gtpo.runs.folder import latest_checkpoint, run_status
-from gtpo.runs.metrics_log import prepare_for_resume, read_metrics
 
 
 def last_logged_step(run_dir: Path) -> int:
@@ -79,14 +79,26 @@ class Spec:
 
     @classmethod
     def from_json(cls, data: dict) -> Spec:
-        return cls([Arm(**a) for a in data["arms"]], [int(s) for s in data["seeds"]], list(data.get("common", [])),
-                   int(data.get("save_steps", 10)), data.get("eval"))
+        return cls(
+            [Arm(**a) for a in data["arms"]],
+            [int(s) for s in data["seeds"]],
+            list(data.get("common", [])),
+            int(data.get("save_steps", 10)),
+            data.get("eval"),
+        )
 
 
 # What `--eval` evaluates unless told otherwise (task None: the run's own task; max_new_tokens None: the
 # run's max_completion_length; dtype None: the run's dtype).
-EVAL_DEFAULTS = {"task": None, "split": "test", "n": 4, "limit": 40, "max_new_tokens": None, "batch_size": 16,
-                 "dtype": None}
+EVAL_DEFAULTS = {
+    "task": None,
+    "split": "test",
+    "n": 4,
+    "limit": 40,
+    "max_new_tokens": None,
+    "batch_size": 16,
+    "dtype": None,
+}
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
@@ -103,14 +115,18 @@ def parse_arms(recipes: list[str], variants: list[str]) -> list[Arm]:
         arms.append(Arm(name, path))
     if variants:
         if len(arms) != 1:
-            raise ValueError(f"--variant needs exactly one --recipe to vary, got {len(arms)}; "
-                             "give one --recipe, or several recipes and no --variant")
+            raise ValueError(
+                f"--variant needs exactly one --recipe to vary, got {len(arms)}; "
+                "give one --recipe, or several recipes and no --variant"
+            )
         base, arms = arms[0], []
         for item in variants:
             name, sep, flags = item.partition(":")
             if not sep:
-                raise ValueError(f"--variant {item!r} must be NAME:FLAGS, e.g. 'grpo:--algorithm grpo' "
-                                 "(an empty FLAGS, 'gtpo:', is the recipe as it is)")
+                raise ValueError(
+                    f"--variant {item!r} must be NAME:FLAGS, e.g. 'grpo:--algorithm grpo' "
+                    "(an empty FLAGS, 'gtpo:', is the recipe as it is)"
+                )
             arms.append(Arm(name.strip(), base.recipe, shlex.split(flags)))
     if not arms:
         raise ValueError("give at least one arm: --recipe PATH (several), or --recipe PATH with --variant NAME:FLAGS")
@@ -128,12 +144,28 @@ def parse_arms(recipes: list[str], variants: list[str]) -> list[Arm]:
     return arms
 
 
-def train_command(spec: Spec, arm: Arm, seed: int, out: Path, launcher: list[str],
-                  resume: Path | None = None) -> list[str]:
+def train_command(
+    spec: Spec, arm: Arm, seed: int, out: Path, launcher: list[str], resume: Path | None = None
+) -> list[str]:
     """The ``gtpo train`` command line of one run; flags later on the line win (arm over common)."""
-    command = [*launcher, "train", "--config", arm.recipe, *spec.common, *arm.args,
-               "--seed", str(seed), "--output_dir", str(run_dir(out, arm.name, seed)),
-               "--save_strategy", "steps", "--save_steps", str(spec.save_steps), "--save_total_limit", "2"]
+    command = [
+        *launcher,
+        "train",
+        "--config",
+        arm.recipe,
+        *spec.common,
+        *arm.args,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(run_dir(out, arm.name, seed)),
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        str(spec.save_steps),
+        "--save_total_limit",
+        "2",
+    ]
     if resume is not None:
         command += ["--resume_from_checkpoint", str(resume)]
     return command
@@ -158,8 +190,11 @@ def plan(spec: Spec, out: Path) -> list[tuple[Arm, int, str, Path | None]]:
 
 def missing_commands(spec: Spec, out: Path, launcher: list[str]) -> list[list[str]]:
     """The `gtpo train` command of every run not finished yet (what ``--dry-run`` prints)."""
-    return [train_command(spec, arm, seed, out, launcher, checkpoint)
-            for arm, seed, action, checkpoint in plan(spec, out) if action != "done"]
+    return [
+        train_command(spec, arm, seed, out, launcher, checkpoint)
+        for arm, seed, action, checkpoint in plan(spec, out)
+        if action != "done"
+    ]
 
 
 def _after_run(hook: str | None, folder: Path) -> None:
@@ -217,11 +252,15 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
     if path.is_file():
         old = Spec.from_json(json.loads(path.read_text()))
         if (old.arms, old.common, old.save_steps) != (spec.arms, spec.common, spec.save_steps):
-            raise ValueError(f"{path} describes a different study (arms or flags differ); use another --output-dir, "
-                             "or rerun with the same arms and flags (`gtpo compare --output-dir OUT` reuses them)")
+            raise ValueError(
+                f"{path} describes a different study (arms or flags differ); use another --output-dir, "
+                "or rerun with the same arms and flags (`gtpo compare --output-dir OUT` reuses them)"
+            )
         if old.eval is not None and spec.eval is not None and old.eval != spec.eval:
-            raise ValueError(f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
-                             "study's settings, or use another --output-dir")
+            raise ValueError(
+                f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
+                "study's settings, or use another --output-dir"
+            )
         spec.eval = spec.eval if spec.eval is not None else old.eval  # a study's evaluation, once set, stays
         spec.seeds = old.seeds + [s for s in spec.seeds if s not in old.seeds]  # more seeds may be added
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,8 +279,10 @@ class StudyLock:
             host, _, pid = self.path.read_text().strip().partition(" ")
             alive = host != socket.gethostname() or _pid_alive(int(pid or 0))
             if alive:
-                raise ValueError(f"another gtpo compare (host {host}, pid {pid}) is running the study in "
-                                 f"{self.path.parent}; wait for it, or delete {self.path} if it is gone")
+                raise ValueError(
+                    f"another gtpo compare (host {host}, pid {pid}) is running the study in "
+                    f"{self.path.parent}; wait for it, or delete {self.path} if it is gone"
+                )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(self.mine + "\n")
         return self
@@ -263,9 +304,19 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def evaluate_run(arm, seed: int, out: Path, launcher: list[str], task: str | None = None, split: str = "test",
-                 n: int = 4, limit: int = 40, max_new_tokens: int | None = None, batch_size: int = 16,
-                 dtype: str | None = None) -> str:
+def evaluate_run(
+    arm,
+    seed: int,
+    out: Path,
+    launcher: list[str],
+    task: str | None = None,
+    split: str = "test",
+    n: int = 4,
+    limit: int = 40,
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
+    dtype: str | None = None,
+) -> str:
     """`gtpo eval` one finished run's model into RUN/eval/<task>/.
 
     Returns 'ran', 'skipped' (the run is unfinished, or its results.json exists) or 'failed'."""
@@ -278,18 +329,38 @@ def evaluate_run(arm, seed: int, out: Path, launcher: list[str], task: str | Non
         return "skipped"
     tokens = max_new_tokens or record["GTPOConfig"]["max_completion_length"]
     dtype = dtype or record["ModelConfig"].get("dtype")
-    command = [*launcher, "eval", "--model", str(folder / "model"), "--label", f"{arm.name}-seed{seed}",
-               "--task", run_task, "--split", split, "-n", str(n), "--limit", str(limit),
-               "--max-new-tokens", str(tokens), "--batch-size", str(batch_size), "--output-dir", str(folder / "eval"),
-               "--no-progress"]
+    command = [
+        *launcher,
+        "eval",
+        "--model",
+        str(folder / "model"),
+        "--label",
+        f"{arm.name}-seed{seed}",
+        "--task",
+        run_task,
+        "--split",
+        split,
+        "-n",
+        str(n),
+        "--limit",
+        str(limit),
+        "--max-new-tokens",
+        str(tokens),
+        "--batch-size",
+        str(batch_size),
+        "--output-dir",
+        str(folder / "eval"),
+        "--no-progress",
+    ]
     if dtype and dtype != "auto":
         command += ["--dtype", str(dtype)]
     logger.info("%s/seed%d: evaluating", arm.name, seed)
     with (folder / "eval.log").open("a") as log:
         result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        logger.error("%s/seed%d: gtpo eval exited with %d; see %s", arm.name, seed, result.returncode,
-                     folder / "eval.log")
+        logger.error(
+            "%s/seed%d: gtpo eval exited with %d; see %s", arm.name, seed, result.returncode, folder / "eval.log"
+        )
         return "failed"
     return "ran"
 

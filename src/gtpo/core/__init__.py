@@ -27,8 +27,24 @@ from gtpo.core.conflicts import PAIRWISE_MAX_GROUP, aligned_conflicts
 from gtpo.core.metrics import loss_metrics
 
 __all__ = [
-    "ADVANTAGE_SCALES", "AGGREGATIONS", "COMBINE_MODES", "ENTROPY_FILTERS", "ENTROPY_TERMS", "LN2",
-    "PAIRWISE_MAX_GROUP", "ZERO_ADVANTAGE_RTOL", "advantage_signs", "aligned_conflicts", "conflict_spans",
-    "conflict_weights", "entropy_keep_mask", "group_advantages", "gtpo_loss", "loss_metrics",
-    "mean_completion_entropy", "shift_advantages", "token_entropy", "validate_group_batch",
+    "ADVANTAGE_SCALES",
+    "AGGREGATIONS",
+    "COMBINE_MODES",
+    "ENTROPY_FILTERS",
+    "ENTROPY_TERMS",
+    "LN2",
+    "PAIRWISE_MAX_GROUP",
+    "ZERO_ADVANTAGE_RTOL",
+    "advantage_signs",
+    "aligned_conflicts",
+    "conflict_spans",
+    "conflict_weights",
+    "entropy_keep_mask",
+    "group_advantages",
+    "gtpo_loss",
+    "loss_metrics",
+    "mean_completion_entropy",
+    "shift_advantages",
+    "token_entropy",
+    "validate_group_batch",
 ]

@@ -18,16 +18,37 @@ import torch
 from torch import Tensor
 
 from gtpo.core.checks import (
-    check_entropy_inputs, check_keep_inputs, check_loss_inputs, check_rewards, check_shift_inputs,
-    check_signs_inputs, check_weights_inputs, initial_entropy_value, lookup, validate_group_batch,
+    check_entropy_inputs,
+    check_keep_inputs,
+    check_loss_inputs,
+    check_rewards,
+    check_shift_inputs,
+    check_signs_inputs,
+    check_weights_inputs,
+    initial_entropy_value,
+    lookup,
+    validate_group_batch,
 )
 from gtpo.core.conflicts import aligned_conflicts
 from gtpo.core.metrics import loss_metrics
 
 __all__ = [
-    "ADVANTAGE_SCALES", "AGGREGATIONS", "COMBINE_MODES", "ENTROPY_FILTERS", "ENTROPY_TERMS", "LN2",
-    "ZERO_ADVANTAGE_RTOL", "advantage_signs", "conflict_spans", "conflict_weights", "entropy_keep_mask",
-    "group_advantages", "gtpo_loss", "mean_completion_entropy", "shift_advantages", "token_entropy",
+    "ADVANTAGE_SCALES",
+    "AGGREGATIONS",
+    "COMBINE_MODES",
+    "ENTROPY_FILTERS",
+    "ENTROPY_TERMS",
+    "LN2",
+    "ZERO_ADVANTAGE_RTOL",
+    "advantage_signs",
+    "conflict_spans",
+    "conflict_weights",
+    "entropy_keep_mask",
+    "group_advantages",
+    "gtpo_loss",
+    "mean_completion_entropy",
+    "shift_advantages",
+    "token_entropy",
     "validate_group_batch",
 ]
 
@@ -158,8 +179,13 @@ COMBINE_MODES: dict[str, Callable[[Tensor, Tensor, Tensor, float], Tensor]] = {
 
 
 def conflict_weights(
-    forward: Tensor, backward: Tensor, advantages: Tensor, positive_weight: float = 2.0, combine: str = "union",
-    *, group_size: int = 1,
+    forward: Tensor,
+    backward: Tensor,
+    advantages: Tensor,
+    positive_weight: float = 2.0,
+    combine: str = "union",
+    *,
+    group_size: int = 1,
 ) -> Tensor:
     """Token weights λ_{i,t} of Eq. (5)/(21): 1 outside the spans; inside 0 (A<0), positive_weight (A>0).
 
@@ -247,8 +273,13 @@ ENTROPY_FILTERS: dict[str, Callable[[Tensor, Tensor, object], Tensor]] = {
 
 
 def entropy_keep_mask(
-    mean_entropy: Tensor, advantages: Tensor, *, mode: str, threshold: float = LN2,
-    initial_entropy: float | Tensor | None = None, group_size: int = 1,
+    mean_entropy: Tensor,
+    advantages: Tensor,
+    *,
+    mode: str,
+    threshold: float = LN2,
+    initial_entropy: float | Tensor | None = None,
+    group_size: int = 1,
 ) -> Tensor:
     """The completion filter δ_i of Eq. (6): (N,) bool, True where a completion keeps its advantage.
 
@@ -350,14 +381,28 @@ normalizations, or ``reference`` (authors' code). docs/core.md gives each formul
 
 
 def gtpo_loss(
-    per_token_logps: Tensor, completion_mask: Tensor, advantages: Tensor, *,
-    forward_span: Tensor | None = None, backward_span: Tensor | None = None,
-    old_per_token_logps: Tensor | None = None, token_entropy: Tensor | None = None,
-    positive_weight: float = 2.0, combine: str = "union",
-    entropy_filter: str = "auto", entropy_threshold: float = LN2, initial_entropy: float | Tensor | None = None,
-    gamma: float = 0.1, entropy_term: str = "advantage", aggregation: str = "sequence",
-    epsilon_low: float = 0.2, epsilon_high: float = 0.2, importance_weights: Tensor | None = None,
-    group_size: int = 1, max_completion_length: int | None = None, token_normalizer: Tensor | float | None = None,
+    per_token_logps: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    *,
+    forward_span: Tensor | None = None,
+    backward_span: Tensor | None = None,
+    old_per_token_logps: Tensor | None = None,
+    token_entropy: Tensor | None = None,
+    positive_weight: float = 2.0,
+    combine: str = "union",
+    entropy_filter: str = "auto",
+    entropy_threshold: float = LN2,
+    initial_entropy: float | Tensor | None = None,
+    gamma: float = 0.1,
+    entropy_term: str = "advantage",
+    aggregation: str = "sequence",
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    importance_weights: Tensor | None = None,
+    group_size: int = 1,
+    max_completion_length: int | None = None,
+    token_normalizer: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7): ``(loss, metrics)``, a float32 scalar and detached scalars.
 
@@ -375,11 +420,26 @@ def gtpo_loss(
     keep_mode = lookup(ENTROPY_FILTERS, entropy_filter, "entropy_filter mode")
     combine_fn = lookup(COMBINE_MODES, combine, "combine mode")
     valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
-        per_token_logps, completion_mask, advantages, forward_span=forward_span, backward_span=backward_span,
-        old_per_token_logps=old_per_token_logps, token_entropy=token_entropy, importance_weights=importance_weights,
-        positive_weight=positive_weight, gamma=gamma, entropy_threshold=entropy_threshold, epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high, entropy_filter=entropy_filter, entropy_term=entropy_term, aggregation=aggregation,
-        group_size=group_size, max_completion_length=max_completion_length, token_normalizer=token_normalizer)
+        per_token_logps,
+        completion_mask,
+        advantages,
+        forward_span=forward_span,
+        backward_span=backward_span,
+        old_per_token_logps=old_per_token_logps,
+        token_entropy=token_entropy,
+        importance_weights=importance_weights,
+        positive_weight=positive_weight,
+        gamma=gamma,
+        entropy_threshold=entropy_threshold,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        entropy_filter=entropy_filter,
+        entropy_term=entropy_term,
+        aggregation=aggregation,
+        group_size=group_size,
+        max_completion_length=max_completion_length,
+        token_normalizer=token_normalizer,
+    )
 
     a = advantages.float()  # (N,) original A_i: the conflict signs come from here
     signs = _signs(a, group_size).float()  # (N,) in {-1, 0, 1}
@@ -387,13 +447,17 @@ def gtpo_loss(
     bw = torch.zeros_like(valid) if backward_span is None else backward_span & valid  # (N, T) M^bw
     lam = combine_fn(fw, bw, signs, float(positive_weight))  # (N, T) λ, Eq. 5; 1 everywhere without spans
     mean_h = None if token_entropy is None else _mean_entropy(token_entropy, valid)  # (N,) ⟨H⟩_i, differentiable
-    keep = (torch.ones_like(a, dtype=torch.bool) if mean_h is None  # (N,) δ_i, Eq. 6 ("never" without entropy)
-            else _keep(mean_h, signs, keep_mode, entropy_threshold, initial_entropy))
+    keep = (
+        torch.ones_like(a, dtype=torch.bool)
+        if mean_h is None  # (N,) δ_i, Eq. 6 ("never" without entropy)
+        else _keep(mean_h, signs, keep_mode, entropy_threshold, initial_entropy)
+    )
     shifted = entropy_term == "advantage" and mean_h is not None
     a_used = _shift(a, mean_h, keep, gamma) if shifted else torch.where(keep, a, 0.0)  # (N,) A'_i, Eq. 7
 
-    token_loss = _token_loss(per_token_logps, old_per_token_logps, valid, a_used, lam,
-                             epsilon_low, epsilon_high, importance_weights)  # (N, T)
+    token_loss = _token_loss(
+        per_token_logps, old_per_token_logps, valid, a_used, lam, epsilon_low, epsilon_high, importance_weights
+    )  # (N, T)
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
         loss = loss + gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)

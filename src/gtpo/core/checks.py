@@ -121,7 +121,9 @@ def check_number(value, name: str) -> None:
         raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
-def validate_group_batch(completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int) -> Tensor:
+def validate_group_batch(
+    completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int
+) -> Tensor:
     """Check a batch of groups and return its completion mask as bool.
 
     Args:
@@ -182,7 +184,11 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     if aggregation != "dapo" and token_normalizer is not None:
         raise ValueError(f"token_normalizer is used only by aggregation='dapo', not {aggregation!r}")
     if aggregation == "dr_grpo":
-        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1:
+        if (
+            isinstance(max_completion_length, bool)
+            or not isinstance(max_completion_length, int)
+            or max_completion_length < 1
+        ):
             raise ValueError(
                 "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length=<int >= 1> "
                 f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
@@ -190,24 +196,45 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
         return max_completion_length, None
     if aggregation != "dapo":
         return None, None
-    hint = ("aggregation='dapo' divides by the valid tokens of the whole global batch per rank: pass "
-            "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)")
+    hint = (
+        "aggregation='dapo' divides by the valid tokens of the whole global batch per rank: pass "
+        "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)"
+    )
     if isinstance(token_normalizer, Tensor):
         if token_normalizer.numel() != 1 or token_normalizer.is_complex():
             raise ValueError(f"{hint}, got a tensor of shape {tuple(token_normalizer.shape)}")
         value = token_normalizer.detach().reshape(()).float()  # () stays on its device
         return value, (~(torch.isfinite(value) & (value > 0)), lambda: f"{hint}, got {value.item()!r}")
-    if isinstance(token_normalizer, bool) or not isinstance(token_normalizer, (int, float)) or not (
-        math.isfinite(token_normalizer) and token_normalizer > 0
+    if (
+        isinstance(token_normalizer, bool)
+        or not isinstance(token_normalizer, (int, float))
+        or not (math.isfinite(token_normalizer) and token_normalizer > 0)
     ):
         raise ValueError(f"{hint}, got {token_normalizer!r}")
     return float(token_normalizer), None
 
 
 def check_loss_inputs(
-    per_token_logps, completion_mask, advantages, *, forward_span, backward_span, old_per_token_logps,
-    token_entropy, importance_weights, positive_weight, gamma, entropy_threshold, epsilon_low, epsilon_high,
-    entropy_filter: str, entropy_term: str, aggregation: str, group_size, max_completion_length, token_normalizer,
+    per_token_logps,
+    completion_mask,
+    advantages,
+    *,
+    forward_span,
+    backward_span,
+    old_per_token_logps,
+    token_entropy,
+    importance_weights,
+    positive_weight,
+    gamma,
+    entropy_threshold,
+    epsilon_low,
+    epsilon_high,
+    entropy_filter: str,
+    entropy_term: str,
+    aggregation: str,
+    group_size,
+    max_completion_length,
+    token_normalizer,
 ) -> tuple[Tensor, float | Tensor | None]:
     """All checks of `gtpo.core.algorithm.gtpo_loss` (mode names already looked up), with one sync.
 
@@ -216,8 +243,12 @@ def check_loss_inputs(
         (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for ``dapo``, else None).
     """
     check_weight(positive_weight)
-    for name, value in (("gamma", gamma), ("entropy_threshold", entropy_threshold),
-                        ("epsilon_low", epsilon_low), ("epsilon_high", epsilon_high)):
+    for name, value in (
+        ("gamma", gamma),
+        ("entropy_threshold", entropy_threshold),
+        ("epsilon_low", epsilon_low),
+        ("epsilon_high", epsilon_high),
+    ):
         check_number(value, name)
     if epsilon_low < 0 or epsilon_high < 0:
         raise ValueError(f"epsilon_low and epsilon_high must be >= 0, got {epsilon_low}, {epsilon_high}")
@@ -231,16 +262,26 @@ def check_loss_inputs(
     checks.append(float_vector_check(advantages, n, "advantages"))
     if (forward_span is None) != (backward_span is None):
         raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
-    for name, t in (("forward_span", forward_span), ("backward_span", backward_span),
-                    ("old_per_token_logps", old_per_token_logps), ("token_entropy", token_entropy)):
+    for name, t in (
+        ("forward_span", forward_span),
+        ("backward_span", backward_span),
+        ("old_per_token_logps", old_per_token_logps),
+        ("token_entropy", token_entropy),
+    ):
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {got}")
     if importance_weights is not None and (
         not isinstance(importance_weights, Tensor) or tuple(importance_weights.shape) not in (shape, (n, 1))
     ):
-        got = tuple(importance_weights.shape) if isinstance(importance_weights, Tensor) else type(importance_weights).__name__
-        raise ValueError(f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got {got}")
+        got = (
+            tuple(importance_weights.shape)
+            if isinstance(importance_weights, Tensor)
+            else type(importance_weights).__name__
+        )
+        raise ValueError(
+            f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got {got}"
+        )
     if forward_span is not None and (forward_span.dtype != torch.bool or backward_span.dtype != torch.bool):
         raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
     needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
@@ -285,7 +326,12 @@ def check_shift_inputs(advantages, mean_entropy, keep, gamma) -> None:
     """Checks of `gtpo.core.algorithm.shift_advantages` (no sync)."""
     check_number(gamma, "gamma")
     tensors = all(isinstance(t, Tensor) for t in (advantages, mean_entropy, keep))
-    if not tensors or keep.dtype != torch.bool or keep.shape != advantages.shape or mean_entropy.shape != advantages.shape:
+    if (
+        not tensors
+        or keep.dtype != torch.bool
+        or keep.shape != advantages.shape
+        or mean_entropy.shape != advantages.shape
+    ):
         raise ValueError(
             f"advantages {tuple(advantages.shape)}, mean_entropy {tuple(mean_entropy.shape)} and keep "
             f"{tuple(keep.shape)} must all be (N,), keep bool"

@@ -18,8 +18,16 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def loss_metrics(valid: Tensor, signs: Tensor, fw: Tensor, bw: Tensor, lam: Tensor, keep: Tensor,
-                 mean_h: Tensor | None, a_used: Tensor) -> dict[str, Tensor]:
+def loss_metrics(
+    valid: Tensor,
+    signs: Tensor,
+    fw: Tensor,
+    bw: Tensor,
+    lam: Tensor,
+    keep: Tensor,
+    mean_h: Tensor | None,
+    a_used: Tensor,
+) -> dict[str, Tensor]:
     """Metrics of one `gtpo_loss` call.
 
     Args:
@@ -28,7 +36,8 @@ def loss_metrics(valid: Tensor, signs: Tensor, fw: Tensor, bw: Tensor, lam: Tens
         lam: (N, T) λ. keep: (N,) bool δ_i. mean_h: (N,) ⟨H⟩_i or None. a_used: (N,) A'_i.
 
     >>> m = loss_metrics(torch.ones(1, 2, dtype=torch.bool), torch.ones(1), torch.tensor([[True, False]]),
-    ...                  torch.zeros(1, 2, dtype=torch.bool), torch.tensor([[2.0, 1.0]]), torch.ones(1, dtype=torch.bool),
+    ...                  torch.zeros(1, 2, dtype=torch.bool), torch.tensor([[2.0, 1.0]]),
+    ...                  torch.ones(1, dtype=torch.bool),
     ...                  None, torch.ones(1))
     >>> m["gtpo/conflict_token_frac"].item(), m["gtpo/mean_lambda"].item()
     (0.5, 1.5)

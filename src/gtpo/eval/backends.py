@@ -220,8 +220,9 @@ class TransformersBackend:
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         processors = [] if sampling.temperature == 0 else [per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
-            out = self.model.generate(**batch, generation_config=self._generation_config(sampling),
-                                      logits_processor=processors)
+            out = self.model.generate(
+                **batch, generation_config=self._generation_config(sampling), logits_processor=processors
+            )
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()  # (B, <= max_new_tokens)
         return [self._completion(ids) for ids in new_tokens]
 
@@ -242,8 +243,9 @@ class VLLMBackend:
 
     def __init__(self, model: str, dtype: str | None = None, seed: int = 0, **llm_kwargs):
         if importlib.util.find_spec("vllm") is None:
-            raise ValueError("backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, "
-                             "or use --backend transformers")
+            raise ValueError(
+                "backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, or use --backend transformers"
+            )
         from vllm import LLM
 
         from gtpo.models import adapter_base_model, resolve_model
@@ -251,8 +253,9 @@ class VLLMBackend:
         model = os.fspath(model)
         source = resolve_model(model)
         if source.gguf_file is not None:
-            raise ValueError(f"backend 'vllm' does not load the offline GGUF model {model!r}; "
-                             "use --backend transformers")
+            raise ValueError(
+                f"backend 'vllm' does not load the offline GGUF model {model!r}; use --backend transformers"
+            )
         self.lora_request = None
         base = adapter_base_model(source.path)
         kwargs = dict(model=base or source.path, seed=seed, dtype=dtype or "auto", **llm_kwargs)

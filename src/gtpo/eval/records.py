@@ -51,8 +51,10 @@ def append_records(path: Path, records: Iterable[dict]) -> None:
             f.flush()
             os.fsync(f.fileno())  # the batch is on disk before the next one starts
     except OSError as err:  # a full disk, a quota: the samples already written stay valid
-        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and "
-                         "re-run the same command: finished samples are kept") from None
+        raise ValueError(
+            f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and "
+            "re-run the same command: finished samples are kept"
+        ) from None
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
@@ -61,5 +63,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
         tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except OSError as err:
-        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
-                         "the same command: finished samples are kept") from None
+        raise ValueError(
+            f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
+            "the same command: finished samples are kept"
+        ) from None

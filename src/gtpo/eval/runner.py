@@ -14,7 +14,8 @@ One run folder per (model, task):
 
 >>> from gtpo.eval.runner import EvalConfig, evaluate
 >>> results = evaluate(EvalConfig(model="tiny", task="gsm8k", output_dir="out/eval/tiny/gsm8k",
-...                               num_samples=4, limit=3, sampling=SamplingSettings(max_new_tokens=32)))  # doctest: +SKIP
+...                               num_samples=4, limit=3,
+...                               sampling=SamplingSettings(max_new_tokens=32)))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gtpo.eval.records import append_records, read_records, write_json_atomic
-from gtpo.runs.folder import utc_timestamp
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import group_answers, maj_at_k_from_classes, pass_at_k, powers_of_two_up_to
+from gtpo.eval.records import append_records, read_records, write_json_atomic
+from gtpo.runs.folder import utc_timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -180,21 +181,28 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         if (run_dir / SAMPLES_FILE).exists():
-            raise ValueError(f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
-                             "samples were drawn; use another output directory")
+            raise ValueError(
+                f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
+                "samples were drawn; use another output directory"
+            )
         write_json_atomic(path, {**settings, "created": utc_timestamp()})
         return
     try:
         recorded = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
-                         "restore it, or use another --output-dir") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
+            "restore it, or use another --output-dir"
+        ) from None
     if not isinstance(recorded, dict):
         raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output-dir")
     # Run folders written before few_shot was resolved recorded None for "the task's default".
     recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
-    diffs = [f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
-             for key in RUN_KEYS if recorded.get(key) != settings[key]]
+    diffs = [
+        f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
+        for key in RUN_KEYS
+        if recorded.get(key) != settings[key]
+    ]
     if diffs:
         raise ValueError(
             f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
@@ -238,7 +246,13 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
         done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
         units = [(p, s) for p in problems for s in range(config.num_samples)]
         pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
-        logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
+        logger.info(
+            "%s: %d of %d samples already recorded in %s",
+            config.task,
+            len(units) - len(pending),
+            len(units),
+            samples_path,
+        )
         if pending:
             _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
@@ -270,8 +284,14 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
     batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
     already = sum((str(p.id), s) in done for p, s in units)
     mismatches = 0
-    with tqdm(total=len(units), initial=already, unit="sample", desc=f"eval {config.task}",
-              disable=not config.progress, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(units),
+        initial=already,
+        unit="sample",
+        desc=f"eval {config.task}",
+        disable=not config.progress,
+        dynamic_ncols=True,
+    ) as bar:
         for batch in batches:
             if all((str(p.id), s) in done for p, s in batch):
                 continue
@@ -280,28 +300,33 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
             if len(completions) != len(batch):
                 raise RuntimeError(f"backend returned {len(completions)} completions for {len(batch)} prompts")
             records = []
-            for (problem, s), completion in zip(batch, completions):
+            for (problem, s), completion in zip(batch, completions, strict=False):
                 key = (str(problem.id), s)
                 if key in done:  # a valid record is never replaced
                     mismatches += done[key] is not None and done[key] != completion.text
                     continue
                 answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
-                records.append({
-                    "problem_id": problem.id,
-                    "sample_index": s,
-                    "text": completion.text,
-                    "answer": answer,
-                    "correct": correct,
-                    "length": completion.length,
-                    "truncated": completion.truncated,
-                    "gold": problem.gold,
-                })
+                records.append(
+                    {
+                        "problem_id": problem.id,
+                        "sample_index": s,
+                        "text": completion.text,
+                        "answer": answer,
+                        "correct": correct,
+                        "length": completion.length,
+                        "truncated": completion.truncated,
+                        "gold": problem.gold,
+                    }
+                )
             append_records(samples_path, records)
             done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
             bar.update(len(records))
     if mismatches:
-        logger.warning("%d recorded samples came out differently when their batch was regenerated (another "
-                       "machine, backend, dtype or --batch-size?); the recorded ones are kept", mismatches)
+        logger.warning(
+            "%d recorded samples came out differently when their batch was regenerated (another "
+            "machine, backend, dtype or --batch-size?); the recorded ones are kept",
+            mismatches,
+        )
 
 
 def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_samples: int) -> dict:
@@ -317,8 +342,10 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
     incomplete = {k: len(v) for k, v in by_problem.items() if len(v) != num_samples}
     if incomplete:
         example = next(iter(incomplete.items()))
-        raise ValueError(f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
-                         f"{num_samples}); re-run the evaluation to finish them")
+        raise ValueError(
+            f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
+            f"{num_samples}); re-run the evaluation to finish them"
+        )
     ks = powers_of_two_up_to(num_samples)
     pass_sum = dict.fromkeys(ks, 0.0)
     maj_sum = dict.fromkeys(ks, 0.0)
@@ -327,8 +354,9 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
         rows = [samples[s] for s in range(num_samples)]
         num_correct = sum(bool(r["correct"]) for r in rows)
         # maj@k rests on the recorded verdicts, the same ones pass@k counts.
-        classes = group_answers([r["answer"] for r in rows], wanted[key].gold, is_equivalent,
-                                correct=[bool(r["correct"]) for r in rows])
+        classes = group_answers(
+            [r["answer"] for r in rows], wanted[key].gold, is_equivalent, correct=[bool(r["correct"]) for r in rows]
+        )
         for k in ks:
             pass_sum[k] += pass_at_k(num_samples, num_correct, k)
             maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
@@ -347,7 +375,6 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
         "estimators": {
             "pass@k": "unbiased estimator of Chen et al. (2021) from n samples, mean over problems",
             "maj@k": "expectation over k-subsets of the n samples; answers pooled by gtpo.grading.is_equivalent; "
-                     "no-answer samples never win; ties split credit; mean over problems",
+            "no-answer samples never win; ties split credit; mean over problems",
         },
     }
-

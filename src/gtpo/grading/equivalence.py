@@ -72,7 +72,9 @@ def _symbolic_equal(prediction: str, gold: str, timeout: float | None) -> bool:
     try:
         result = _cached_verify(prediction, gold, timeout)
     except _NoVerdict:
-        logger.warning("no grading worker was free within %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold)
+        logger.warning(
+            "no grading worker was free within %.1f s, scored as wrong: %.80r vs gold %.80r", timeout, prediction, gold
+        )
         return False
     if result is True or result is False:
         return result

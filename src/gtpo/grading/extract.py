@@ -138,4 +138,3 @@ def extract_gold(text, task: str) -> str | None:
     if text is None:
         return None
     return extractor(str(text))
-

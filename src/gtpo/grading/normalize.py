@@ -185,4 +185,3 @@ def _prepare(s: str) -> _Answer | None:
     if not key:
         return None
     return _Answer(latex=latex, key=key, number=_as_number(key), unsafe=_unsafe_reason(latex))
-

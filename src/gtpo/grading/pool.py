@@ -27,6 +27,7 @@ numeric paths of `gtpo.grading.equivalence.is_equivalent` never reach the pool. 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -63,8 +64,11 @@ class _Zygote:
         env.setdefault("PYTHONWARNINGS", "ignore")  # its stderr is ours: only a failed start should show
         self.control, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gtpo.grading.pool", str(theirs.fileno())], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, env=env, pass_fds=(theirs.fileno(),),
+            [sys.executable, "-m", "gtpo.grading.pool", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(theirs.fileno(),),
         )
         theirs.close()
         self.lock = threading.Lock()
@@ -118,10 +122,8 @@ class _Worker:
 
     def kill(self) -> None:
         # The zygote reaps its children (SIGCHLD ignored), so nothing here waits for the kernel's teardown.
-        try:
+        with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.sock.close()
 
 

@@ -15,6 +15,7 @@ logger = logging.getLogger(__name__)
 MAX_DIGITS = 10_000
 MAX_EXPANSION_TERMS = 2_000
 
+
 def _silence_math_verify_timeout_warning() -> None:
     # We disable math-verify's signal.alarm timeouts on purpose (they fail outside the main thread and
     # have 1 s granularity); its one-time warning about that would only confuse users.
@@ -35,7 +36,9 @@ def warm_math_verify():
     _silence_math_verify_timeout_warning()
     config = [math_verify.LatexExtractionConfig()]
     warm = math_verify.parse("$x^2 + 2x + 1$", extraction_config=config, parsing_timeout=None)
-    math_verify.verify(warm, math_verify.parse("$(x+1)^2$", extraction_config=config, parsing_timeout=None), timeout_seconds=None)
+    math_verify.verify(
+        warm, math_verify.parse("$(x+1)^2$", extraction_config=config, parsing_timeout=None), timeout_seconds=None
+    )
     return math_verify
 
 
@@ -64,12 +67,27 @@ def _digits_bound(expr, depth: int = 0) -> float:
         else:
             exponent_digits = _digits_bound(exponent, depth + 1)
             power = 10**exponent_digits if exponent_digits < 9 else math.inf
-        if isinstance(base, sympy.Add) and base.free_symbols and power > 1:
-            if power == math.inf or math.comb(int(power) + len(base.args) - 1, len(base.args) - 1) > MAX_EXPANSION_TERMS:
-                return math.inf
+        # A power of a sum of symbols expands into C(power + terms - 1, terms - 1) terms under simplify.
+        expands = isinstance(base, sympy.Add) and base.free_symbols and power > 1
+        if expands and (
+            power == math.inf or math.comb(int(power) + len(base.args) - 1, len(base.args) - 1) > MAX_EXPANSION_TERMS
+        ):
+            return math.inf
         return max(_digits_bound(base, depth + 1), 1.0) * power
-    if isinstance(expr, (sympy.factorial, sympy.factorial2, sympy.binomial, sympy.subfactorial, sympy.gamma,
-                         sympy.RisingFactorial, sympy.FallingFactorial, sympy.fibonacci, sympy.lucas)):
+    if isinstance(
+        expr,
+        (
+            sympy.factorial,
+            sympy.factorial2,
+            sympy.binomial,
+            sympy.subfactorial,
+            sympy.gamma,
+            sympy.RisingFactorial,
+            sympy.FallingFactorial,
+            sympy.fibonacci,
+            sympy.lucas,
+        ),
+    ):
         n = max((_digits_bound(a, depth + 1) for a in expr.args), default=0.0)
         if n > math.log10(MAX_EXPONENT):
             return math.inf

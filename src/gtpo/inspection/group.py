@@ -22,17 +22,42 @@ logger = logging.getLogger(__name__)
 SCALE_REWARDS = ("group", "batch", "none")
 # Recipe keys that `gtpo inspect` takes from a training recipe (the flags of the same meaning win).
 RECIPE_KEYS = {
-    "model_name_or_path": "model", "task": "task", "few_shot": "few_shot", "num_generations": "num_generations",
-    "temperature": "temperature", "max_completion_length": "max_completion_length", "scale_rewards": "scale_rewards",
-    "reward_funcs": "reward_funcs", "conflict_combine": "combine", "conflict_positive_weight": "positive_weight",
-    "entropy_filter": "entropy_filter", "entropy_threshold": "entropy_threshold", "entropy_gamma": "gamma",
-    "initial_entropy": "initial_entropy", "dtype": "dtype", "top_p": "top_p", "top_k": "top_k",
+    "model_name_or_path": "model",
+    "task": "task",
+    "few_shot": "few_shot",
+    "num_generations": "num_generations",
+    "temperature": "temperature",
+    "max_completion_length": "max_completion_length",
+    "scale_rewards": "scale_rewards",
+    "reward_funcs": "reward_funcs",
+    "conflict_combine": "combine",
+    "conflict_positive_weight": "positive_weight",
+    "entropy_filter": "entropy_filter",
+    "entropy_threshold": "entropy_threshold",
+    "entropy_gamma": "gamma",
+    "initial_entropy": "initial_entropy",
+    "dtype": "dtype",
+    "top_p": "top_p",
+    "top_k": "top_k",
 }
 DEFAULTS = dict(
-    model="smollm2", task="synthetic", few_shot=None, num_generations=8, temperature=1.0, max_completion_length=96,
-    scale_rewards="group", reward_funcs=["format", "accuracy"], combine="union", positive_weight=2.0,
-    entropy_filter="auto", entropy_threshold=core.LN2, gamma=0.1, initial_entropy=None, dtype="float32",
-    top_p=1.0, top_k=0,
+    model="smollm2",
+    task="synthetic",
+    few_shot=None,
+    num_generations=8,
+    temperature=1.0,
+    max_completion_length=96,
+    scale_rewards="group",
+    reward_funcs=["format", "accuracy"],
+    combine="union",
+    positive_weight=2.0,
+    entropy_filter="auto",
+    entropy_threshold=core.LN2,
+    gamma=0.1,
+    initial_entropy=None,
+    dtype="float32",
+    top_p=1.0,
+    top_k=0,
 )
 
 
@@ -133,18 +158,34 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def sample_completions(model, tokenizer, prompt, *, num_generations: int, temperature: float,
-                       max_completion_length: int, top_p: float = 1.0, top_k: int = 0, seed: int = 0):
+def sample_completions(
+    model,
+    tokenizer,
+    prompt,
+    *,
+    num_generations: int,
+    temperature: float,
+    max_completion_length: int,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+):
     """G sampled completions: (prompt_ids (P,), completion_ids (G, T), mask (G, T) up to the first EOS)."""
     ids = torch.tensor([prompt_ids(tokenizer, prompt)])  # (1, P)
     torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature, top_p=top_p,
-            top_k=top_k, max_new_tokens=max_completion_length, num_return_sequences=num_generations,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_completion_length,
+            num_return_sequences=num_generations,
             pad_token_id=tokenizer.pad_token_id,
         )
-    completion = out[:, ids.shape[1]:]  # (G, T)
+    completion = out[:, ids.shape[1] :]  # (G, T)
     return ids[0], completion, _mask_after_eos(completion, tokenizer.eos_token_id)
 
 
@@ -176,7 +217,7 @@ def completion_entropy(model, prompt: Tensor, completion: Tensor, mask: Tensor) 
     rows = []
     p = prompt.shape[0]
     with torch.no_grad():
-        for ids, valid in zip(completion, mask):  # one row at a time: (T, V) logits, not (G, T, V)
+        for ids, valid in zip(completion, mask, strict=False):  # one row at a time: (T, V) logits, not (G, T, V)
             n = int(valid.sum())
             full = torch.cat([prompt, ids[:n]]).unsqueeze(0)  # (1, P+n)
             logits = model(full).logits[0, p - 1 : p - 1 + n]  # (n, V): position t predicts token t
@@ -193,6 +234,6 @@ def grade(reward_names: list[str], texts: list[str], prompt, answer) -> tuple[Te
     conversational = isinstance(prompt, list)
     completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
     parts = {}
-    for name, fn in zip(reward_names, get_reward_funcs(reward_names)):
+    for name, fn in zip(reward_names, get_reward_funcs(reward_names), strict=False):
         parts[name] = [float(r) for r in fn(completions, answer=[answer] * len(texts), prompts=[prompt] * len(texts))]
     return torch.tensor([sum(p[i] for p in parts.values()) for i in range(len(texts))]), parts

@@ -107,11 +107,20 @@ def terminal_text(record: dict, combine: str = "union", color: bool = False) -> 
         (f"{ANSI[v]} {v:g} {ANSI_RESET}" if color else f"{v:g}") + f" {what}"
         for v, what in ((0.0, "negative in a span"), (2.0, "positive in a span"), (4.0, "positive in both (product)"))
     )
-    lines = [f"gtpo inspect: {len(record['completions'])} completions; λ by {combine}; "
-             f"spans ⟦forward⟧ ⟪backward⟫; {legend}; 1 elsewhere"]
+    lines = [
+        f"gtpo inspect: {len(record['completions'])} completions; λ by {combine}; "
+        f"spans ⟦forward⟧ ⟪backward⟫; {legend}; 1 elsewhere"
+    ]
     if record.get("initial_entropy") is not None:
-        source = "" if record.get("initial_entropy_given") else ": this group's mean ⟨H⟩, a stand-in (give --initial-entropy)"
-        lines.append(f"⟨H⟩_ini = {record['initial_entropy']:.3f} nats{source}; δ by Eq. 6, mode {record['settings'].get('entropy_filter')}")
+        source = (
+            ""
+            if record.get("initial_entropy_given")
+            else ": this group's mean ⟨H⟩, a stand-in (give --initial-entropy)"
+        )
+        lines.append(
+            f"⟨H⟩_ini = {record['initial_entropy']:.3f} nats{source}; "
+            f"δ by Eq. 6, mode {record['settings'].get('entropy_filter')}"
+        )
     for i, row in enumerate(record["completions"]):
         lines.append(_summary(i, row))
         lines.append(_token_line(row, combine, color))

@@ -283,8 +283,13 @@ def run_record(command: list[str], recipe: dict, *dataclass_args) -> dict:
         "command": command,
         "recipe": recipe,
         "args": args,
-        "versions": {"gtpo": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
-                     "torch": torch.__version__, "python": sys.version.split()[0]},
+        "versions": {
+            "gtpo": __version__,
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+        },
         "code": code_version(),
         "started": utc_timestamp(),
     }
@@ -312,7 +317,9 @@ def start_run(run_dir: Path, record: dict, overwrite: bool = False, resume: str 
         run_dir.mkdir(parents=True, exist_ok=True)
         old = read_record(run_dir) if resume else None
         if old is not None:
-            old.setdefault("resumed", []).append({"from": resume, "command": record.get("command"), "at": utc_timestamp()})
+            old.setdefault("resumed", []).append(
+                {"from": resume, "command": record.get("command"), "at": utc_timestamp()}
+            )
             for key in (FINISHED, FAILED, "error"):
                 old.pop(key, None)
             record = old
@@ -360,8 +367,11 @@ def train(trainer, resume: str | None) -> None:
     state = _read_json(Path(resume) / TRAINER_STATE) if resume else None
     max_steps = trainer.args.max_steps
     if isinstance(state, dict) and max_steps > 0 and state.get("global_step", 0) >= max_steps:
-        logger.info("%s is at step %s = max_steps: nothing left to train, its weights become the model", resume,
-                    state["global_step"])
+        logger.info(
+            "%s is at step %s = max_steps: nothing left to train, its weights become the model",
+            resume,
+            state["global_step"],
+        )
         trainer._load_from_checkpoint(resume)
         trainer.state.global_step = state["global_step"]
         metrics = Path(trainer.args.output_dir) / "metrics.jsonl"

@@ -17,8 +17,13 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-def read_jsonl(path: str | Path, validate: Callable[[object], str | None] | None = None, *, what: str = "JSON line",
-               repair: bool = False) -> list:
+def read_jsonl(
+    path: str | Path,
+    validate: Callable[[object], str | None] | None = None,
+    *,
+    what: str = "JSON line",
+    repair: bool = False,
+) -> list:
     """The rows of ``path``, a file of one JSON value per line, in order.
 
     Args:
@@ -55,8 +60,13 @@ def read_jsonl(path: str | Path, validate: Callable[[object], str | None] | None
         if number != len(lines):
             raise ValueError(f"{path}:{number}: {problem}; the file is damaged: move it away to start over")
         keep = len(data) - len(line) - (1 if data.endswith(b"\n") else 0)
-        logger.warning("%s:%d: %s an unfinished last line (%d bytes) left by an interrupted write", path, number,
-                       "cutting" if repair else "ignoring", len(data) - keep)
+        logger.warning(
+            "%s:%d: %s an unfinished last line (%d bytes) left by an interrupted write",
+            path,
+            number,
+            "cutting" if repair else "ignoring",
+            len(data) - keep,
+        )
         if repair:
             with open(path, "r+b") as f:
                 f.truncate(keep)

@@ -18,9 +18,9 @@ import os
 import time
 from pathlib import Path
 
-from gtpo.runs.jsonl import read_jsonl
-
 from transformers import TrainerCallback
+
+from gtpo.runs.jsonl import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 

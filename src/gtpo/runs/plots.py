@@ -157,8 +157,8 @@ def plot_runs(
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs: give one label per run folder")
     if smooth is not None and smooth < 1:
         raise ValueError(f"smooth must be a window of at least 1 step, got {smooth}")
-    runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs)]
-    for run_dir, (_, rows) in zip(run_dirs, runs):
+    runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs, strict=False)]
+    for run_dir, (_, rows) in zip(run_dirs, runs, strict=False):
         if not rows:
             raise ValueError(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it once a step is logged")
     out_dir = Path(out_dir)
@@ -173,7 +173,7 @@ def plot_runs(
     overview, axes = plt.subplots(2, columns, figsize=(5 * columns, 8), constrained_layout=True, squeeze=False)
     for ax in axes.flat[len(shown) :]:
         ax.set_visible(False)
-    for panel, ax in zip(shown, axes.flat):
+    for panel, ax in zip(shown, axes.flat, strict=False):
         if not _draw(ax, panel, runs, smooth):
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
     overview.suptitle("Training curves")
@@ -208,7 +208,7 @@ def _draw(ax, panel: Panel, runs: list[tuple[str, list[dict]]], smooth: int | No
     """Draw one panel's curves on ``ax``; False when no run has the metric."""
     drawn, top = False, 0.0
     keys = panel_keys(panel, runs)
-    for index, ((label, rows), key) in enumerate(zip(runs, keys)):
+    for index, ((label, rows), key) in enumerate(zip(runs, keys, strict=False)):
         if key is None:
             continue
         if panel.needs_signal:

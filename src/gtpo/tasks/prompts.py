@@ -43,7 +43,8 @@ def format_completion(reasoning: str, answer: str) -> str:
     5
     </answer>
     """
-    return f"{REASONING_TAGS[0]}\n{reasoning.strip()}\n{REASONING_TAGS[1]}\n{ANSWER_TAGS[0]}\n{answer.strip()}\n{ANSWER_TAGS[1]}"
+    reasoning_part = f"{REASONING_TAGS[0]}\n{reasoning.strip()}\n{REASONING_TAGS[1]}"
+    return f"{reasoning_part}\n{ANSWER_TAGS[0]}\n{answer.strip()}\n{ANSWER_TAGS[1]}"
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def build_prompt(
         raise TypeError(f"few_shot must be a count or a sequence of examples, got {few_shot!r}")
     if isinstance(few_shot, int):
         if not 0 <= few_shot <= len(WORKED_EXAMPLES):
-            raise ValueError(f"few_shot must be between 0 and {len(WORKED_EXAMPLES)} (built-in examples), got {few_shot}")
+            raise ValueError(
+                f"few_shot must be between 0 and {len(WORKED_EXAMPLES)} (built-in examples), got {few_shot}"
+            )
         few_shot = WORKED_EXAMPLES[:few_shot]
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     for example in few_shot:

@@ -36,7 +36,6 @@ from gtpo.tasks.sources import (
 )
 from gtpo.tasks.synthetic import synthetic_rows
 
-
 if TYPE_CHECKING:
     import datasets
 
@@ -136,7 +135,6 @@ def _get_task(name: str) -> Task:
         return TASKS[name]
     except KeyError:
         raise KeyError(f"unknown task {name!r}; valid: {sorted(TASKS)}") from None
-
 
 
 def _load_olmo(task: Task, split: str) -> list[dict]:

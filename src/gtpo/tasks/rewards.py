@@ -131,7 +131,7 @@ def accuracy_reward(completions, answer=None, **kwargs) -> list[float]:
     if isinstance(answer, str) or len(answer) != len(completions):
         n = 1 if isinstance(answer, str) else len(answer)
         raise ValueError(f"accuracy_reward got {len(completions)} completions but {n} gold answers")
-    return [_accuracy_score(c, g) for c, g in zip(completions, answer)]
+    return [_accuracy_score(c, g) for c, g in zip(completions, answer, strict=False)]
 
 
 REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {

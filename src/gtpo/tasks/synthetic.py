@@ -64,4 +64,3 @@ def synthetic_rows(
                 )
     random.Random(seed).shuffle(rows)
     return rows
-

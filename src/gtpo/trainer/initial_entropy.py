@@ -86,10 +86,14 @@ def _multimodal_kwargs(trainer, prompts, images, completion_len: int) -> dict:
     """Forward inputs of a vision-language batch, built as TRL's `_generate_and_score_completions` builds them."""
     from trl.data_utils import apply_chat_template
 
-    texts = [apply_chat_template({"prompt": p}, trainer.processing_class, **trainer.chat_template_kwargs)["prompt"]
-             for p in prompts]
+    texts = [
+        apply_chat_template({"prompt": p}, trainer.processing_class, **trainer.chat_template_kwargs)["prompt"]
+        for p in prompts
+    ]
     inputs = trainer.processing_class(images=images, text=texts, padding=True, return_tensors="pt")
-    inputs = {k: v.to(trainer.accelerator.device) for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+    inputs = {
+        k: v.to(trainer.accelerator.device) for k, v in inputs.items() if k not in ("input_ids", "attention_mask")
+    }
     for key in ("token_type_ids", "mm_token_type_ids"):  # zeros over the completion, as TRL
         if key in inputs:
             inputs[key] = torch.cat([inputs[key], inputs[key].new_zeros(len(prompts), completion_len)], dim=1)
@@ -134,12 +138,15 @@ def measure_initial_entropy(trainer, rows: list) -> float:
             prompts = [row["prompt"] for row in batch]
             images = _images(batch)
             if images is not None:
-                prompts = [prepare_multimodal_messages(p, images=imgs) for p, imgs in zip(prompts, images)]
+                pairs = zip(prompts, images, strict=False)
+                prompts = [prepare_multimodal_messages(p, images=imgs) for p, imgs in pairs]
             # TRL's generation entry point, as in training (rollout_func, vLLM, paged generation).
             prompt_ids, completion_ids, *_ = trainer._generate(prompts)
             if len(completion_ids) % len(batch):
-                raise ValueError(f"generation returned {len(completion_ids)} completions for {len(batch)} prompts; "
-                                 "⟨H⟩_ini needs the same number per prompt (set GTPOConfig.initial_entropy)")
+                raise ValueError(
+                    f"generation returned {len(completion_ids)} completions for {len(batch)} prompts; "
+                    "⟨H⟩_ini needs the same number per prompt (set GTPOConfig.initial_entropy)"
+                )
             per_prompt = len(completion_ids) // len(batch)
             trainer.model.eval()  # TRL's continuous-batching path switches the model back to train mode
 
@@ -149,8 +156,10 @@ def measure_initial_entropy(trainer, rows: list) -> float:
             p_mask = pad([torch.ones_like(t) for t in prompt_t], padding_value=0, padding_side="left").to(device)
             c_ids = pad(completion_t, padding_value=pad_id, padding_side="right").to(device)
             # An empty completion has no ⟨H⟩_i; a truncated one is masked out when TRL masks it for the loss.
-            kept = [len(ids) > 0 and not (trainer.mask_truncated_completions and ids[-1] not in stop_ids)
-                    for ids in completion_ids]
+            kept = [
+                len(ids) > 0 and not (trainer.mask_truncated_completions and ids[-1] not in stop_ids)
+                for ids in completion_ids
+            ]
             # Every non-empty completion is scored (the fallback below needs the truncated ones); `kept` weighs.
             c_mask = pad(
                 [torch.full((max(len(ids), 1),), int(len(ids) > 0)) for ids in completion_ids],
@@ -160,8 +169,10 @@ def measure_initial_entropy(trainer, rows: list) -> float:
             forward_kwargs = {}
             if images is not None:
                 forward_kwargs = _multimodal_kwargs(trainer, prompts, images, c_ids.size(1))
-            with disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs), \
-                    untempered.untempered_entropy(untempered_on):
+            with (
+                disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs),
+                untempered.untempered_entropy(untempered_on),
+            ):
                 _, entropies, _ = trainer._get_per_token_logps_and_entropies(
                     trainer.model,
                     torch.cat([p_ids, c_ids], dim=1),
@@ -172,18 +183,24 @@ def measure_initial_entropy(trainer, rows: list) -> float:
                     **forward_kwargs,
                 )
             mean_h = core.mean_completion_entropy(entropies.float(), c_mask)  # (B,)
-            weight = torch.tensor([float(i < n) for i in batch_idx for _ in range(per_prompt)],
-                                  device=device, dtype=torch.float64)
-            nonempty = weight * torch.tensor([len(ids) > 0 for ids in completion_ids], device=device,
-                                             dtype=torch.float64)
+            weight = torch.tensor(
+                [float(i < n) for i in batch_idx for _ in range(per_prompt)], device=device, dtype=torch.float64
+            )
+            nonempty = weight * torch.tensor(
+                [len(ids) > 0 for ids in completion_ids], device=device, dtype=torch.float64
+            )
             weight = weight * torch.tensor(kept, device=device, dtype=torch.float64)
-            total += torch.stack([(mean_h.double() * weight).sum(), weight.sum(),
-                                  (mean_h.double() * nonempty).sum(), nonempty.sum()])
+            total += torch.stack(
+                [(mean_h.double() * weight).sum(), weight.sum(), (mean_h.double() * nonempty).sum(), nonempty.sum()]
+            )
     total = accelerator.reduce(total, reduction="sum")
     if total[1] == 0 and total[3] > 0:
-        logger.warning("⟨H⟩_ini: every sampled completion was truncated and mask_truncated_completions masks them; "
-                       "measured over the %d truncated completions instead (raise max_completion_length, or set "
-                       "GTPOConfig.initial_entropy)", int(total[3]))
+        logger.warning(
+            "⟨H⟩_ini: every sampled completion was truncated and mask_truncated_completions masks them; "
+            "measured over the %d truncated completions instead (raise max_completion_length, or set "
+            "GTPOConfig.initial_entropy)",
+            int(total[3]),
+        )
         return float(total[2] / total[3])
     if total[1] == 0:
         raise ValueError("cannot measure ⟨H⟩_ini: every sampled completion was empty; set GTPOConfig.initial_entropy.")

@@ -16,8 +16,7 @@ from gtpo.errors import UsageError
 
 def check_model_name(model_args, script_name: str) -> None:
     """Fail before anything slow when the model is missing (ValueError naming the valid choices)."""
-    from gtpo.models import OFFLINE_MODELS, resolve_model
-    from gtpo.models import model_problem
+    from gtpo.models import OFFLINE_MODELS, model_problem, resolve_model
 
     if not model_args.model_name_or_path:
         raise UsageError(
@@ -25,9 +24,11 @@ def check_model_name(model_args, script_name: str) -> None:
         )
     name = model_args.model_name_or_path
     if name not in OFFLINE_MODELS and not Path(resolve_model(name).path).exists() and (why := model_problem(name)):
-        raise UsageError(f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id "
-                         f"such as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of "
-                         f"{list(OFFLINE_MODELS)}")
+        raise UsageError(
+            f"model {name!r} is not a local folder and the hub cannot give it ({why}); give a hub id "
+            f"such as 'Qwen/Qwen2.5-3B-Instruct' (cached, when offline), a local folder, or one of "
+            f"{list(OFFLINE_MODELS)}"
+        )
 
 
 def load_policy(model_args, script_name: str):
@@ -79,8 +80,16 @@ def save_final(trainer, tokenizer, run_dir: Path, base: str) -> Path:
     return final_dir
 
 
-def train_policy(trainer_class, dataset, training_args, model_args, run_dir: Path, script_name: str,
-                 prepare: Callable | None = None, **trainer_kwargs) -> dict:
+def train_policy(
+    trainer_class,
+    dataset,
+    training_args,
+    model_args,
+    run_dir: Path,
+    script_name: str,
+    prepare: Callable | None = None,
+    **trainer_kwargs,
+) -> dict:
     """Load the policy, build ``trainer_class`` on ``dataset``, train (resuming as ``training_args`` says)
     and save the final model in ``run_dir/model``; ``run.json`` ends finished, or failed with the error.
 

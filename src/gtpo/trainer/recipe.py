@@ -14,7 +14,9 @@ def read_recipe(path: str | Path) -> dict:
 
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"recipe {str(path)!r} not found (recipes live in recipes/, e.g. recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml)")
+        raise UsageError(
+            f"recipe {str(path)!r} not found (recipes live in recipes/, e.g. recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml)"
+        )
     try:
         recipe = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

@@ -9,6 +9,7 @@ import numbers
 import torch
 from trl.trainer.utils import get_callable_name, is_async_callable
 
+
 def is_empty(dataset) -> bool:
     if dataset is None:
         return True
@@ -112,8 +113,9 @@ def _ignore(*args, **kwargs) -> None:
 def _raised(name, error, row, prompts, completions) -> ValueError:
     what = f"raised {type(error).__name__}: {error}"
     if row is None:
-        return ValueError(f"reward function {name!r} {what} on a batch of {len(prompts)} rows (no single row raises "
-                          "on its own)")
+        return ValueError(
+            f"reward function {name!r} {what} on a batch of {len(prompts)} rows (no single row raises on its own)"
+        )
     return _reward_error(name, what, row, prompts, completions)
 
 

@@ -176,12 +176,15 @@ class GTPOTrainer(GRPOTrainer):
     def _measure_initial_entropy(self) -> None:
         n = self.args.initial_entropy_prompts
         if self.train_dataset is None:
-            raise ValueError("⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
-                             "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'")
+            raise ValueError(
+                "⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
+                "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'"
+            )
         prompts = entropy_init.first_rows(self.train_dataset, n)
         if len(prompts) < n:
-            logger.warning("⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d",
-                           len(prompts), n)
+            logger.warning(
+                "⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n
+            )
         self.initial_entropy = entropy_init.measure_initial_entropy(self, prompts)
         self._initial_entropy_source = "measured"
         self._initial_entropy_prompts = len(prompts)
@@ -196,7 +199,9 @@ class GTPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         # Written before Trainer saves, so that the checkpoint it pushes to the hub (push_to_hub) has it too.
         if self.args.gtpo_enabled and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             os.makedirs(folder, exist_ok=True)
             entropy_init.save_state(
                 folder,
@@ -333,8 +338,13 @@ class GTPOTrainer(GRPOTrainer):
         if args.entropy_filter == "never" and (args.entropy_term != "advantage" or args.entropy_gamma == 0):
             return advantages
         mean_h = core.mean_completion_entropy(entropies.detach(), mask)  # (B,)
-        keep = core.entropy_keep_mask(mean_h, advantages, mode=args.entropy_filter, threshold=args.entropy_threshold,
-                                      initial_entropy=self.initial_entropy)  # (B,) δ_i, Eq. 6
+        keep = core.entropy_keep_mask(
+            mean_h,
+            advantages,
+            mode=args.entropy_filter,
+            threshold=args.entropy_threshold,
+            initial_entropy=self.initial_entropy,
+        )  # (B,) δ_i, Eq. 6
         if args.entropy_term == "advantage":
             return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
         return torch.where(keep, advantages.float(), 0.0)  # (B,)
@@ -363,12 +373,12 @@ class GTPOTrainer(GRPOTrainer):
         token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
         totals = self.accelerator.reduce(token_sums.float(), reduction="sum")
         names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
-        for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist()):
+        for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist(), strict=False):
             self._metrics[mode][key].append(value)
 
         keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
         if keys:
             values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
             gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
-            for key, value in zip(keys, gathered.nanmean(dim=0).tolist()):
+            for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
                 self._metrics[mode][key].append(value)

@@ -39,9 +39,21 @@ class _Kernel:
         self.kernel, self.capture, self.differentiable = kernel, capture, differentiable
         self.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
 
-    def apply(self, hidden, weight, bias, targets, temperature, chunk_size, softcap=None, logit_scale=1.0,
-              outputs=("log_probs", "entropy")):
-        result = self.kernel.apply(hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs)
+    def apply(
+        self,
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        chunk_size,
+        softcap=None,
+        logit_scale=1.0,
+        outputs=("log_probs", "entropy"),
+    ):
+        result = self.kernel.apply(
+            hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs
+        )
         if result[1] is None:  # entropy not requested: nothing to replace
             return result
         self.capture.sampling.append(result[1].detach())
@@ -55,8 +67,9 @@ class _Kernel:
             if keep is not None:
                 keep = keep.to(hidden.device)
                 source, targets = source[keep], targets[keep]
-            untempered = self.kernel.apply(source, weight, bias, targets, 1.0, chunk_size, softcap, logit_scale,
-                                           ("log_probs", "entropy"))[1]  # (n,)
+            untempered = self.kernel.apply(
+                source, weight, bias, targets, 1.0, chunk_size, softcap, logit_scale, ("log_probs", "entropy")
+            )[1]  # (n,)
             if keep is not None:
                 untempered = untempered.new_zeros(keep.shape).masked_scatter(keep, untempered)  # (N,)
         return (result[0], untempered, *result[2:])
