@@ -1,4 +1,4 @@
-"""Conflict-span detection: `gtpo.core.algorithm.conflict_spans` against the paper's bincount algorithm.
+"""Conflict-span detection: `gtpo.core.conflict_spans` against the paper's bincount algorithm.
 
 Run by hand (not in CI):  .venv/bin/python benchmarks/bench_conflict.py  [--quick] [--skip-paper] [--threads N]
 
@@ -47,7 +47,7 @@ import time
 
 import torch
 
-from gtpo.core.algorithm import conflict_spans
+from gtpo.core import conflict_spans
 
 PAPER_SHAPE = dict(group_size=12, length=1500, vocab=151_936)
 TABLE_G = (8, 12, 16, 64)
@@ -258,7 +258,7 @@ def head_to_head(skip_paper: bool) -> None:
     ours_rss = run_child("ours", g, t, v)
     fw, bw = conflict_spans(ids, mask, adv, g)
     print(f"spans found: forward {fw.sum(-1).tolist()}, backward {bw.sum(-1).tolist()} tokens per row")
-    rows = [("gtpo.core.algorithm.conflict_spans", ours_time, ours_alloc, ours_rss["rss_peak_delta"])]
+    rows = [("gtpo.core.conflict_spans", ours_time, ours_alloc, ours_rss["rss_peak_delta"])]
     if not skip_paper:
         paper = run_child("paper", g, t, v)  # one cold call in a fresh process
         rows.insert(0, ("paper (bincount, Listing 2)", paper["time_s"], paper["alloc_peak"], paper["rss_peak_delta"]))

@@ -1,4 +1,4 @@
-"""Conflict spans and token weights λ (gtpo.core.algorithm), checked against hand-derived values and a plain
+"""Conflict spans and token weights λ (gtpo.core), checked against hand-derived values and a plain
 Python loop written straight from the definitions of Sec. 5.1."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gtpo.core.algorithm import conflict_spans, conflict_weights
+from gtpo.core import conflict_spans, conflict_weights
 
 # --------------------------------------------------------------------------------------------------
-# Reference: a plain loop over the definitions (independent of gtpo.core.algorithm)
+# Reference: a plain loop over the definitions (independent of gtpo.core)
 # --------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Loss aggregations of gtpo.core.algorithm.gtpo_loss (sequence = grpo, bnpo, dr_grpo, dapo): TRL 1.16's
+"""Loss aggregations of gtpo.core.gtpo_loss (sequence = grpo, bnpo, dr_grpo, dapo): TRL 1.16's
 `_compute_loss` formulas written out independently here, composed with λ, δ and the entropy shift;
 invariance to the micro-batch split (gradient accumulation) and to splitting over two ranks (DDP mean)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gtpo.core.algorithm import conflict_weights, gtpo_loss
+from gtpo.core import conflict_weights, gtpo_loss
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_core_loss import entropy_batch, leaf_logps  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from gtpo.core.algorithm import gtpo_loss, token_entropy
+from gtpo.core import gtpo_loss, token_entropy
 
 GAMMA = 0.1
 

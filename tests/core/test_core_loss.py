@@ -1,4 +1,4 @@
-"""GTPO loss, entropy parts, advantages and metrics (gtpo.core.algorithm), checked against GRPO written
+"""GTPO loss, entropy parts, advantages and metrics (gtpo.core), checked against GRPO written
 independently here, hand-derived values, brute-force gradients (Eq. 22) and torch's Categorical."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from gtpo.core.algorithm import (
+from gtpo.core import (
     LN2,
     conflict_spans,
     conflict_weights,

@@ -1,4 +1,4 @@
-"""Advantages that are zero up to float rounding (gtpo.core.algorithm.advantage_signs): no part in conflict detection,
+"""Advantages that are zero up to float rounding (gtpo.core.advantage_signs): no part in conflict detection,
 no effect on λ, δ (negative_only) or the metrics' "A≠0"; checked against exact integer arithmetic on the
 rewards, the plain-loop spans of test_core.py and a Python restatement of the tolerance."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gtpo.core.algorithm import (
+from gtpo.core import (
     ZERO_ADVANTAGE_RTOL,
     advantage_signs,
     conflict_spans,

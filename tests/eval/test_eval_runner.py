@@ -437,8 +437,17 @@ def test_per_row_sampler_draws_from_the_softmax_restricted_to_the_nucleus():
 
 def test_backends_refuse_a_seed_count_that_differs_from_the_prompt_count():
     # Sample i is drawn with seeds[i] (per-sample seeds): a missing or extra seed would silently shift them.
-    from gtpo.eval.backends import _check_one_seed_per_prompt
+    # Both backends inherit the check from SeededBackend; a stand-in that records what reaches its _sample.
+    from gtpo.eval.backends import SamplingSettings, SeededBackend, TransformersBackend, VLLMBackend
 
-    _check_one_seed_per_prompt([[{"role": "user", "content": "1+1?"}]], [7])
+    class Recording(SeededBackend):
+        def _sample(self, prompts, seeds, sampling):
+            self.seen = seeds
+            return ["done"] * len(prompts)
+
+    assert issubclass(TransformersBackend, SeededBackend) and issubclass(VLLMBackend, SeededBackend)
+    backend, prompt = Recording(), [{"role": "user", "content": "1+1?"}]
+    assert backend.generate([prompt], [7], SamplingSettings()) == ["done"] and backend.seen == [7]
+    assert backend.generate([], [], SamplingSettings()) == []
     with pytest.raises(ValueError, match="1 prompts and 2 seeds"):
-        _check_one_seed_per_prompt([[{"role": "user", "content": "1+1?"}]], [7, 8])
+        backend.generate([prompt], [7, 8], SamplingSettings())

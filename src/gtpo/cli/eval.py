@@ -1,10 +1,8 @@
 """Command-line entry points for evaluation, for ``gtpo eval`` and ``gtpo eval-plot`` to wire up.
 
-    parser = subparsers.add_parser("eval", help="pass@k / maj@k of a model", description=EVAL_DESCRIPTION,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_eval_arguments(parser); parser.set_defaults(func=run_eval_from_args)
-
-Also runnable on its own: ``python -m gtpo.cli.eval eval --model tiny ...`` / ``... plot RESULTS``.
+parser = subparsers.add_parser("eval", help="pass@k / maj@k of a model", description=EVAL_DESCRIPTION,
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+add_eval_arguments(parser); parser.set_defaults(func=run_eval_from_args)
 """
 
 from __future__ import annotations
@@ -193,35 +191,3 @@ def run_eval_plot_from_args(args: argparse.Namespace) -> Path:
     output = plot_results(args.results, args.output, labels=args.labels, metrics=args.metrics, title=args.title)
     print(f"wrote {output}")
     return output
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gtpo.cli.eval", description="gtpo evaluation")
-    commands = parser.add_subparsers(dest="command", required=True)
-    evaluate_parser = commands.add_parser(
-        "eval",
-        help="pass@k / maj@k of a model",
-        description=EVAL_DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add_eval_arguments(evaluate_parser).set_defaults(func=run_eval_from_args)
-    plot_parser = commands.add_parser(
-        "plot",
-        help="plot eval results",
-        description=PLOT_DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add_eval_plot_arguments(plot_parser).set_defaults(func=run_eval_plot_from_args)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from gtpo.tasks import TaskSourceError
-
-    try:
-        args.func(args)
-    except (ValueError, TaskSourceError) as err:  # bad input or unreachable data: a message, not a traceback
-        parser.exit(2, f"error: {err}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

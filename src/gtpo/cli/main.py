@@ -34,25 +34,24 @@ COMMAND_HELP = {
 
 
 def _eval_command(kind: str):
+    """`gtpo eval` or `gtpo eval-plot`: an argparse parser from gtpo.cli.eval, then its run function."""
+
     def run(argv: list[str]) -> int:
         from gtpo.cli import eval as eval_cli
 
-        if kind == "eval":
-            parser = argparse.ArgumentParser(
-                prog="gtpo eval",
-                description=eval_cli.EVAL_DESCRIPTION,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-            )
-            eval_cli.add_eval_arguments(parser)
-            eval_cli.run_eval_from_args(parser.parse_args(argv))
-        else:
-            parser = argparse.ArgumentParser(
-                prog="gtpo eval-plot",
-                description=eval_cli.PLOT_DESCRIPTION,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-            )
-            eval_cli.add_eval_plot_arguments(parser)
-            eval_cli.run_eval_plot_from_args(parser.parse_args(argv))
+        description, add_arguments, run_from_args = {
+            "eval": (eval_cli.EVAL_DESCRIPTION, eval_cli.add_eval_arguments, eval_cli.run_eval_from_args),
+            "eval-plot": (
+                eval_cli.PLOT_DESCRIPTION,
+                eval_cli.add_eval_plot_arguments,
+                eval_cli.run_eval_plot_from_args,
+            ),
+        }[kind]
+        parser = argparse.ArgumentParser(
+            prog=f"gtpo {kind}", description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
+        add_arguments(parser)
+        run_from_args(parser.parse_args(argv))
         return 0
 
     return run

@@ -1,12 +1,12 @@
-"""Input checks of the GTPO algorithm (`gtpo.core.algorithm`): one-line ValueErrors, one host sync per call.
+"""Input checks of the GTPO algorithm (`gtpo.core`): one-line ValueErrors, one host sync per call.
 
 Static checks (types, shapes, dtypes, option values) raise at once. Checks of tensor *values*
 (finite advantages, 0/1 masks, right padding, a positive token normalizer) are collected as
 ``(flag, message)`` pairs: ``flag`` is a 0-d bool tensor left on its device, ``message`` a callable
-that builds the text only on the failure path. Each public function of `gtpo.core.algorithm` hands its pairs
+that builds the text only on the failure path. Each public function of `gtpo.core` hands its pairs
 to `raise_if_any` once, so a call costs at most one device→host sync.
 
-The math lives in `gtpo.core.algorithm`; this module imports nothing from it (no import cycle).
+The math lives in `gtpo.core`; this module imports nothing from it (no import cycle).
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def check_loss_inputs(
     max_completion_length,
     token_normalizer,
 ) -> tuple[Tensor, float | Tensor | None]:
-    """All checks of `gtpo.core.algorithm.gtpo_loss` (mode names already looked up), with one sync.
+    """All checks of `gtpo.core.gtpo_loss` (mode names already looked up), with one sync.
 
     Returns:
         ``(valid, normalizer)``: the (N, T) bool mask, and the aggregation's extra number
@@ -302,7 +302,7 @@ def check_loss_inputs(
 
 
 def check_weights_inputs(forward, backward, advantages, positive_weight, group_size) -> None:
-    """Checks of `gtpo.core.algorithm.conflict_weights` (one sync)."""
+    """Checks of `gtpo.core.conflict_weights` (one sync)."""
     for name, span in (("forward", forward), ("backward", backward)):
         if not isinstance(span, Tensor) or span.dtype != torch.bool or span.dim() != 2:
             raise ValueError(f"{name} must be an (N, T) bool tensor (from conflict_spans)")
@@ -314,7 +314,7 @@ def check_weights_inputs(forward, backward, advantages, positive_weight, group_s
 
 
 def check_keep_inputs(mean_entropy, advantages, threshold, group_size) -> None:
-    """Checks of `gtpo.core.algorithm.entropy_keep_mask` once its mode is looked up (one sync)."""
+    """Checks of `gtpo.core.entropy_keep_mask` once its mode is looked up (one sync)."""
     check_number(threshold, "entropy threshold")
     if not isinstance(mean_entropy, Tensor) or mean_entropy.dim() != 1:
         raise ValueError("mean_entropy must be an (N,) tensor (see mean_completion_entropy())")
@@ -323,7 +323,7 @@ def check_keep_inputs(mean_entropy, advantages, threshold, group_size) -> None:
 
 
 def check_shift_inputs(advantages, mean_entropy, keep, gamma) -> None:
-    """Checks of `gtpo.core.algorithm.shift_advantages` (no sync)."""
+    """Checks of `gtpo.core.shift_advantages` (no sync)."""
     check_number(gamma, "gamma")
     tensors = all(isinstance(t, Tensor) for t in (advantages, mean_entropy, keep))
     if (
@@ -339,7 +339,7 @@ def check_shift_inputs(advantages, mean_entropy, keep, gamma) -> None:
 
 
 def check_rewards(rewards, group_size, scale: str) -> None:
-    """Checks of `gtpo.core.algorithm.group_advantages` once its scale is looked up (one sync)."""
+    """Checks of `gtpo.core.group_advantages` once its scale is looked up (one sync)."""
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
     check = float_vector_check(rewards, None, "rewards")
@@ -351,14 +351,14 @@ def check_rewards(rewards, group_size, scale: str) -> None:
 
 
 def check_signs_inputs(advantages, group_size) -> None:
-    """Checks of `gtpo.core.algorithm.advantage_signs` (one sync)."""
+    """Checks of `gtpo.core.advantage_signs` (one sync)."""
     check = float_vector_check(advantages, None, "advantages")
     check_group_size(group_size, advantages.shape[0], "advantages")
     raise_if_any([check])
 
 
 def check_entropy_inputs(token_entropy, completion_mask) -> Tensor:
-    """Checks of `gtpo.core.algorithm.mean_completion_entropy` (one sync); returns the (N, T) bool mask."""
+    """Checks of `gtpo.core.mean_completion_entropy` (one sync); returns the (N, T) bool mask."""
     if not isinstance(token_entropy, Tensor) or token_entropy.dim() != 2:
         raise ValueError("token_entropy must be an (N, T) tensor (see token_entropy())")
     valid, checks = mask_checks(completion_mask, tuple(token_entropy.shape), right_padded=False)

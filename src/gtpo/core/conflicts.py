@@ -1,7 +1,7 @@
-"""How `gtpo.core.algorithm.conflict_spans` finds conflict positions fast: pairwise compare or sort, chunked.
+"""How `gtpo.core.conflict_spans` finds conflict positions fast: pairwise compare or sort, chunked.
 
 A conflict (Sec. 5.1) is a token that appears at the same aligned position in a completion with A>0
-and in one with A<0 of the same group. `gtpo.core.algorithm.conflict_spans` encodes each position as a key;
+and in one with A<0 of the same group. `gtpo.core.conflict_spans` encodes each position as a key;
 this module answers "does the partner key occur at this position in another row of the group?" with
 no step depending on the vocabulary size. docs/core.md, "Conflict detection", has the measurements.
 """

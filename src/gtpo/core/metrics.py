@@ -1,7 +1,7 @@
-"""The ``gtpo/`` metrics that `gtpo.core.algorithm.gtpo_loss` returns next to the loss.
+"""The ``gtpo/`` metrics that `gtpo.core.gtpo_loss` returns next to the loss.
 
 Detached float32 scalars on the input device, no host transfer; a fraction whose denominator is empty
-is 0, not nan. ``active`` = rows with A ≠ 0 by `gtpo.core.algorithm.advantage_signs` (the rows that take part in
+is 0, not nan. ``active`` = rows with A ≠ 0 by `gtpo.core.advantage_signs` (the rows that take part in
 conflict detection). Formulas: docs/core.md, "Metrics"; how they are logged: docs/metrics.md.
 """
 

@@ -4,7 +4,7 @@ resume, and its training-curve figures (`gtpo plot`).
 Names load lazily: `gtpo.runs.metrics_log` needs transformers and `gtpo.runs.plots` matplotlib.
 """
 
-import importlib
+from gtpo.lazy import lazy_getattr
 
 _LAZY = {
     "read_jsonl": "gtpo.runs.jsonl",
@@ -20,10 +20,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gtpo.runs' has no attribute {name!r}")
-
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = sorted(_LAZY)

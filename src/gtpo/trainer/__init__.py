@@ -4,7 +4,7 @@ callback, recipes, policy training and the SFT baseline.
 Names load lazily (TRL is heavy), so `gtpo.trainer.recipe` and friends stay cheap to import.
 """
 
-import importlib
+from gtpo.lazy import lazy_getattr
 
 _LAZY = {
     "GTPOConfig": "gtpo.trainer.config",
@@ -15,10 +15,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gtpo.trainer' has no attribute {name!r}")
-
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = sorted(_LAZY)
