@@ -5,8 +5,8 @@
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO, lr 2e-4, 5 seeds, held-out eval
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
 #
-# From the repository root, with nothing heavy beside it (2 cores: a run takes ~12 min alone, ~3x that beside
-# other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
+# From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
+# evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
 # worktree of that commit in .study/code-<commit> with its own .venv (scripts/setup.sh), so edits to the
 # checkout cannot change a running study. Every later call, on any machine, runs the same commit; finished runs
 # are skipped, an interrupted one resumes from its newest checkpoint (every 5 steps). Run it in the background:
@@ -20,16 +20,18 @@ recipe=recipes/smollm2/synthetic/gtpo.yaml
 
 case $name in
     smollm2-synthetic-lr2e-4)
-        # The recipe as shipped (lr 2e-4, 40 steps); held-out pass@k / maj@k, k = 1..8, on 100 test problems.
-        # float32 for the evaluation: transformers keeps the GGUF weights packed, and bf16 samples ~4x slower.
+        # The recipe as shipped (lr 2e-4, 40 steps) but in float32; held-out pass@k / maj@k, k = 1..8, on 100
+        # test problems. float32 because this project's 2-core CPU (AMD EPYC, AVX2, no AVX512-BF16 or AMX)
+        # computes bf16 in software: a bf16 step took 350 s, a float32 step 26-55 s (measured 2026-11-25).
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo' --seeds 0 1 2 3 4
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 100 --eval-dtype float32
-              -- --max_steps 40) ;;
+              -- --max_steps 40 --dtype float32) ;;
     smollm2-synthetic-lr1e-3)
-        # The stress setting of the first, partial study: lr 1e-3, three arms, no held-out evaluation.
+        # The stress setting of the first, partial study: lr 1e-3, three arms, no held-out evaluation; float32
+        # for the reason above (the partial study ran in bf16 on a CPU with bf16 units).
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
               --variant 'entropy-only:--conflict_correction false' --seeds 0 1 2
-              --save-steps 5 -- --learning_rate 1e-3 --max_steps 40) ;;
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3" >&2
        exit 2 ;;
 esac

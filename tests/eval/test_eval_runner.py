@@ -451,3 +451,19 @@ def test_backends_refuse_a_seed_count_that_differs_from_the_prompt_count():
     assert backend.generate([], [], SamplingSettings()) == []
     with pytest.raises(ValueError, match="1 prompts and 2 seeds"):
         backend.generate([prompt], [7, 8], SamplingSettings())
+
+
+def test_model_paths_are_recorded_relative_to_the_working_directory_when_inside_it(tmp_path, monkeypatch):
+    """A study's eval run.json must name no machine's folders (issue 18): a model under the working directory is
+    recorded relative to it, whichever spelling was given; one outside it stays absolute; a hub id is kept."""
+    from gtpo.eval.runner import _normalise_path
+
+    inside = tmp_path / "repo" / "studies" / "s" / "model"
+    inside.mkdir(parents=True)
+    outside = tmp_path / "elsewhere" / "model"
+    outside.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo")
+    assert _normalise_path(str(inside)) == _normalise_path("studies/s/model") == "studies/s/model"
+    assert _normalise_path("./studies/s/../s/model") == "studies/s/model"
+    assert _normalise_path(str(outside)) == str(outside.resolve())
+    assert _normalise_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"

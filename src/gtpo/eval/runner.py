@@ -106,11 +106,16 @@ def default_label(model: str) -> str:
 
 
 def _normalise_path(value: str | None) -> str | None:
-    """Existing local paths are stored absolute, so a relative and an absolute spelling match."""
+    """Existing local paths are stored resolved, so two spellings of one path match: relative to the working
+    directory when inside it (a study folder run from the repository root stays valid in any clone, and names no
+    machine's folders), else absolute."""
     if value is None:
         return None
     path = Path(value).expanduser()
-    return str(path.resolve()) if path.exists() else value
+    if not path.exists():
+        return value
+    resolved, here = path.resolve(), Path.cwd().resolve()
+    return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(resolved)
 
 
 class LazyBackend:
