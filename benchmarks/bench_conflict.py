@@ -175,7 +175,9 @@ def profiled_call(fn, device="cpu"):
             events = json.load(f)["traceEvents"]
     finally:
         os.remove(path)
-    mem = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0)))
+    mem = sorted(
+        (e for e in events if e.get("name") == "[memory]"), key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0))
+    )
     held = peak = 0
     for e in mem:  # running sum of allocations (+) and frees (-) made during the call
         held += e["args"]["Bytes"]
@@ -215,9 +217,19 @@ def child(algo: str, group_size: int, length: int, vocab: int, threads: int) -> 
 
 
 def run_child(algo: str, group_size: int, length: int, vocab: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", algo, str(group_size), str(length), str(vocab),
-           str(torch.get_num_threads())]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        algo,
+        str(group_size),
+        str(length),
+        str(vocab),
+        str(torch.get_num_threads()),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -256,39 +268,44 @@ def head_to_head(skip_paper: bool) -> None:
     print("(ours: median of repeated warm calls; paper: one cold call; RSS: one cold call each in a fresh process)")
     if not skip_paper:
         print(f"same spans from both: {paper['same_spans']}")
-        print(f"ratio paper/ours: time {paper['time_s'] / ours_time:,.0f}x, "
-              f"extra memory {paper['alloc_peak'] / max(ours_alloc, 1):,.0f}x (allocator), "
-              f"{paper['rss_peak_delta'] / max(ours_rss['rss_peak_delta'], 4096):,.0f}x (RSS, ours floored at one 4 KiB page)")
+        print(
+            f"ratio paper/ours: time {paper['time_s'] / ours_time:,.0f}x, "
+            f"extra memory {paper['alloc_peak'] / max(ours_alloc, 1):,.0f}x (allocator), "
+            f"{paper['rss_peak_delta'] / max(ours_rss['rss_peak_delta'], 4096):,.0f}x "
+            "(RSS, ours floored at one 4 KiB page)"
+        )
     print(f"target: < 5 ms per {g}x{t} group -> {'met' if ours_time < 5e-3 else 'NOT met'} ({fmt_time(ours_time)})")
     print()
 
 
 def cost_table(device: str, quick: bool) -> None:
-    import gtpo.core_conflicts as core  # the two detection methods are selected through a private switch
+    from gtpo.core import conflicts  # the two detection methods are selected through this switch
 
     print(f"== 2. Our cost per call, one group, V={PAPER_SHAPE['vocab']:,}, device={device} ==")
-    print(f"   conflict_spans compares all row pairs for G <= {core._PAIRWISE_MAX_GROUP} and sorts above;")
+    print(f"   conflict_spans compares all row pairs for G <= {conflicts.PAIRWISE_MAX_GROUP} and sorts above;")
     print("   both methods are timed on every shape to show the crossover")
     print(f"{'G':>4}{'T':>7}{'time':>12}{'ns/token':>10}{'extra memory':>15}{'pairs only':>13}{'sorting only':>14}")
     lengths = TABLE_T[:2] if quick else TABLE_T
-    default_max = core._PAIRWISE_MAX_GROUP
+    default_max = conflicts.PAIRWISE_MAX_GROUP
     budget = 0.15 if quick else 0.25
     try:
         for g in TABLE_G:
             for t in lengths:
                 ids, mask, adv = make_groups(g, t, PAPER_SHAPE["vocab"], device=device)
-                call = lambda: conflict_spans(ids, mask, adv, g)  # noqa: E731
+                call = lambda ids=ids, mask=mask, adv=adv, g=g: conflict_spans(ids, mask, adv, g)  # noqa: E731
                 s = median_time(call, device, budget_s=budget)
                 mem = allocator_peak_bytes(call, device)
                 method_times = []
                 for forced in (10**9, 0):  # pairs for every G, then sorting for every G
-                    core._PAIRWISE_MAX_GROUP = forced
+                    conflicts.PAIRWISE_MAX_GROUP = forced
                     method_times.append(median_time(call, device, budget_s=budget / 2))
-                core._PAIRWISE_MAX_GROUP = default_max
-                print(f"{g:>4}{t:>7}{fmt_time(s):>12}{s / (g * t) * 1e9:>10.1f}{fmt_bytes(mem):>15}"
-                      f"{fmt_time(method_times[0]):>13}{fmt_time(method_times[1]):>14}")
+                conflicts.PAIRWISE_MAX_GROUP = default_max
+                print(
+                    f"{g:>4}{t:>7}{fmt_time(s):>12}{s / (g * t) * 1e9:>10.1f}{fmt_bytes(mem):>15}"
+                    f"{fmt_time(method_times[0]):>13}{fmt_time(method_times[1]):>14}"
+                )
     finally:
-        core._PAIRWISE_MAX_GROUP = default_max
+        conflicts.PAIRWISE_MAX_GROUP = default_max
     ids, mask, adv = make_groups(12, 1500, PAPER_SHAPE["vocab"], n_groups=64, device=device)
     s = median_time(lambda: conflict_spans(ids, mask, adv, 12), device)
     print(f"batched: 64 groups of 12x1500 in one call: {fmt_time(s)} ({fmt_time(s / 64)} per group)")
@@ -299,8 +316,12 @@ def vocab_independence(device: str) -> None:
     print(f"== 3. Vocabulary independence, G=12, T=1500, device={device} ==")
     for v in (50, PAPER_SHAPE["vocab"], 2**40):
         ids, mask, adv = make_groups(12, 1500, v, device=device)
-        s = median_time(lambda: conflict_spans(ids, mask, adv, 12), device)
-        mem = allocator_peak_bytes(lambda: conflict_spans(ids, mask, adv, 12), device)
+
+        def call(ids=ids, mask=mask, adv=adv):
+            return conflict_spans(ids, mask, adv, 12)
+
+        s = median_time(call, device)
+        mem = allocator_peak_bytes(call, device)
         print(f"V={v:>16,}: {fmt_time(s):>10}, extra memory {fmt_bytes(mem)}")
     print()
 
@@ -316,11 +337,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, see docstring)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, Python {platform.python_version()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPU cores visible, {torch.get_num_threads()} torch threads")
+    print(
+        f"torch {torch.__version__}, Python {platform.python_version()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPU cores visible, {torch.get_num_threads()} torch threads"
+    )
     cuda = torch.cuda.is_available()
-    print(f"CUDA: {torch.cuda.get_device_name() if cuda else 'no CUDA device in this run: CPU figures only, no GPU numbers'}")
-    print("load average (1, 5, 15 min) at start: %.1f %.1f %.1f" % os.getloadavg())
+    print(
+        "CUDA: "
+        + (torch.cuda.get_device_name() if cuda else "no CUDA device in this run: CPU figures only, no GPU numbers")
+    )
+    print("load average (1, 5, 15 min) at start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     print()
     head_to_head(args.skip_paper)
     cost_table("cpu", args.quick)
@@ -328,7 +354,7 @@ def main() -> None:
     if cuda:
         cost_table("cuda", args.quick)
         vocab_independence("cuda")
-    print("load average (1, 5, 15 min) at end: %.1f %.1f %.1f" % os.getloadavg())
+    print("load average (1, 5, 15 min) at end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

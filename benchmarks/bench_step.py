@@ -7,7 +7,7 @@
 
 At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
 which costs a second pass of the LM head (not of the model) over the same hidden states
-(`gtpo.untempered`); at temperature 1 that pass is skipped.
+(`gtpo.trainer.untempered`); at temperature 1 that pass is skipped.
 
 Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
 TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model).
@@ -114,7 +114,7 @@ def _build_model(name: str, device: str):
 def _dataset(n: int):
     from datasets import Dataset
 
-    from gtpo.prompts import SYSTEM_PROMPT
+    from gtpo.tasks.prompts import SYSTEM_PROMPT
 
     prompts = [
         [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"What is {i} + {2 * i}?"}]
@@ -139,9 +139,10 @@ def spread_reward(completions, **kwargs):
 
 
 def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
-    from gtpo import GTPOConfig, GTPOTrainer
-    from gtpo.rewards import get_reward_funcs
     from trl import GRPOConfig, GRPOTrainer
+
+    from gtpo import GTPOConfig, GTPOTrainer
+    from gtpo.tasks.rewards import get_reward_funcs
 
     settings = _settings(options)
     group, prompts, length = settings["generations"], settings["prompts"], settings["completion"]
@@ -320,11 +321,31 @@ def run_child(options) -> None:
 
 
 def _child(options, child: str, out: Path, env: dict, first: str = "gtpo") -> dict:
-    command = [sys.executable, __file__, "--child", child, "--out", str(out), "--model", options.model,
-               "--device", options.device, "--steps", str(options.steps), "--warmup", str(options.warmup),
-               "--first", first, "--temperature", str(options.temperature)]
-    for flag, value in (("--threads", options.threads), ("--completion-length", options.completion_length),
-                        ("--generations", options.generations)):
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        child,
+        "--out",
+        str(out),
+        "--model",
+        options.model,
+        "--device",
+        options.device,
+        "--steps",
+        str(options.steps),
+        "--warmup",
+        str(options.warmup),
+        "--first",
+        first,
+        "--temperature",
+        str(options.temperature),
+    ]
+    for flag, value in (
+        ("--threads", options.threads),
+        ("--completion-length", options.completion_length),
+        ("--generations", options.generations),
+    ):
         if value:
             command += [flag, str(value)]
     start = time.perf_counter()
@@ -346,36 +367,51 @@ def main(argv=None) -> None:
     if options.child:
         run_child(options)
         return
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+    }
     settings = _settings(options)
-    print(f"model {options.model} on {options.device}: {settings['prompts']} prompt(s) x G={settings['generations']}, "
-          f"{settings['completion']} completion tokens, "
-          f"{'LoRA r=%d' % settings['lora'] if settings['lora'] else 'full fine-tuning'}, "
-          f"temperature {options.temperature}, {options.warmup} warm-up + {options.steps} measured steps, "
-          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"model {options.model} on {options.device}: {settings['prompts']} prompt(s) x G={settings['generations']}, "
+        f"{settings['completion']} completion tokens, "
+        f"{'LoRA r=' + str(settings['lora']) if settings['lora'] else 'full fine-tuning'}, "
+        f"temperature {options.temperature}, {options.warmup} warm-up + {options.steps} measured steps, "
+        f"load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         memory = {}
         for child in ("gtpo", "grpo"):
             memory[child] = _child(options, child, Path(tmp) / f"{child}.json", env)
-            print(f"{child} alone: peak memory {memory[child]['peak_memory_bytes'] / 2**20:.1f} MiB "
-                  f"({memory[child]['memory_kind']}), step_time {_fmt(memory[child]['step_times'])} s, "
-                  f"threads {memory[child]['threads']}, wall {memory[child]['wall_s']:.0f} s", flush=True)
+            print(
+                f"{child} alone: peak memory {memory[child]['peak_memory_bytes'] / 2**20:.1f} MiB "
+                f"({memory[child]['memory_kind']}), step_time {_fmt(memory[child]['step_times'])} s, "
+                f"threads {memory[child]['threads']}, wall {memory[child]['wall_s']:.0f} s",
+                flush=True,
+            )
         # Whichever trainer goes first in each pair was measured a few percent faster on a shared CPU:
         # run both orders and pool the pairs.
-        paired = [_child(options, "paired", Path(tmp) / f"paired-{first}.json", env, first)
-                  for first in ("gtpo", "grpo")]
-    for run, first in zip(paired, ("gtpo", "grpo")):
+        paired = [
+            _child(options, "paired", Path(tmp) / f"paired-{first}.json", env, first) for first in ("gtpo", "grpo")
+        ]
+    for run, first in zip(paired, ("gtpo", "grpo"), strict=False):
         print(f"taking turns, {first} first: gtpo step_time {_fmt(run['gtpo_step_times'])} s", flush=True)
         print(f"taking turns, {first} first: grpo step_time {_fmt(run['grpo_step_times'])} s", flush=True)
     times = {a: [t for run in paired for t in run[f"{a}_step_times"]] for a in ("gtpo", "grpo")}
     median = {a: statistics.median(times[a]) for a in times}
     spans = statistics.mean(run["gtpo_spans_ms"] for run in paired)
     loss = statistics.mean(run["gtpo_loss_ms"] for run in paired)
-    print(f"median step time: gtpo {median['gtpo']:.3f} s, grpo {median['grpo']:.3f} s; gtpo's own work per step: "
-          f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms")
+    print(
+        f"median step time: gtpo {median['gtpo']:.3f} s, grpo {median['grpo']:.3f} s; gtpo's own work per step: "
+        f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms"
+    )
     # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
-    ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"]))
+    ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"], strict=False))
     ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"gtpo/grpo step time ratio {ratio_time:.3f}, peak memory ratio {ratio_memory:.3f}")

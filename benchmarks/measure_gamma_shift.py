@@ -34,18 +34,28 @@ def main(argv=None) -> None:
     import torch
 
     from gtpo import GTPOConfig, GTPOTrainer, core
-    from gtpo.data import load_task
     from gtpo.models import load_model, load_tokenizer
-    from gtpo.rewards import get_reward_funcs
+    from gtpo.tasks.registry import load_task
+    from gtpo.tasks.rewards import get_reward_funcs
 
-    rows = {"equal_groups": 0, "groups": 0, "zero_rows": 0, "zero_rows_updated": 0, "positive": 0, "flipped": 0,
-            "kept_nonzero": 0}
+    rows = {
+        "equal_groups": 0,
+        "groups": 0,
+        "zero_rows": 0,
+        "zero_rows_updated": 0,
+        "positive": 0,
+        "flipped": 0,
+        "kept_nonzero": 0,
+    }
 
     class Measuring(GTPOTrainer):
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
-            signs = core.advantage_signs(output["advantages"], self.num_generations) if hasattr(
-                core, "advantage_signs") else torch.sign(output["advantages"])
+            signs = (
+                core.advantage_signs(output["advantages"], self.num_generations)
+                if hasattr(core, "advantage_signs")
+                else torch.sign(output["advantages"])
+            )
             groups = signs.reshape(-1, self.num_generations)
             rows["groups"] += groups.shape[0]
             rows["equal_groups"] += int((groups == 0).all(dim=1).sum())
@@ -73,30 +83,58 @@ def main(argv=None) -> None:
     if options.model == "smollm2":
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM",
-                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                 "down_proj"])
+        peft_config = LoraConfig(
+            r=16,
+            lora_alpha=32,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        )
     args = GTPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="gamma-shift-"), per_device_train_batch_size=options.prompts * options.generations,
-        num_generations=options.generations, max_completion_length=options.completion_length,
-        temperature=options.temperature, max_steps=options.steps, learning_rate=2e-4, initial_entropy_prompts=16,
-        logging_steps=1, save_strategy="no", report_to=[], seed=0, disable_tqdm=True, use_cpu=True,
+        output_dir=tempfile.mkdtemp(prefix="gamma-shift-"),
+        per_device_train_batch_size=options.prompts * options.generations,
+        num_generations=options.generations,
+        max_completion_length=options.completion_length,
+        temperature=options.temperature,
+        max_steps=options.steps,
+        learning_rate=2e-4,
+        initial_entropy_prompts=16,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        disable_tqdm=True,
+        use_cpu=True,
         gradient_checkpointing=False,
     )
-    trainer = Measuring(model=model, reward_funcs=get_reward_funcs(("format", "accuracy")), args=args,
-                        train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config)
+    trainer = Measuring(
+        model=model,
+        reward_funcs=get_reward_funcs(("format", "accuracy")),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
     trainer.train()
-    print(f"model {options.model}, {options.task}, {options.steps} steps x {options.prompts} prompts x "
-          f"G={options.generations}, temperature {options.temperature}, ⟨H⟩_ini {trainer.initial_entropy:.3f} nats")
+    print(
+        f"model {options.model}, {options.task}, {options.steps} steps x {options.prompts} prompts x "
+        f"G={options.generations}, temperature {options.temperature}, ⟨H⟩_ini {trainer.initial_entropy:.3f} nats"
+    )
     print(f"groups with all-equal rewards: {rows['equal_groups']}/{rows['groups']}")
     print(f"rows with A=0 that the loss updates (A'≠0): {rows['zero_rows_updated']}/{rows['zero_rows']}")
     print(f"rows with A>0 whose A' < 0 (sign flipped): {rows['flipped']}/{rows['positive']}")
     logs = [log for log in trainer.state.log_history if "gtpo/mean_entropy" in log]
-    print("per step: reward " + " ".join(f"{log['reward']:.2f}" for log in logs) + "; frac_reward_zero_std "
-          + " ".join(f"{log['frac_reward_zero_std']:.2f}" for log in logs) + "; gtpo/mean_entropy "
-          + " ".join(f"{log['gtpo/mean_entropy']:.3f}" for log in logs) + "; entropy (sampling) "
-          + " ".join(f"{log['entropy']:.3f}" for log in logs) + "; gtpo/sign_flipped_frac "
-          + " ".join(f"{log.get('gtpo/sign_flipped_frac', float('nan')):.3f}" for log in logs))
+    print(
+        "per step: reward "
+        + " ".join(f"{log['reward']:.2f}" for log in logs)
+        + "; frac_reward_zero_std "
+        + " ".join(f"{log['frac_reward_zero_std']:.2f}" for log in logs)
+        + "; gtpo/mean_entropy "
+        + " ".join(f"{log['gtpo/mean_entropy']:.3f}" for log in logs)
+        + "; entropy (sampling) "
+        + " ".join(f"{log['entropy']:.3f}" for log in logs)
+        + "; gtpo/sign_flipped_frac "
+        + " ".join(f"{log.get('gtpo/sign_flipped_frac', float('nan')):.3f}" for log in logs)
+    )
 
 
 if __name__ == "__main__":

@@ -101,8 +101,8 @@ def sft_recipe(model: str, task: str) -> dict:
 
 
 def smollm2_recipe(algorithm: str) -> dict:
-    """The offline CPU demo; `gtpo train` without arguments runs the gtpo one (gtpo.cli.DEFAULT_TRAIN_RECIPE)."""
-    from gtpo.cli import DEFAULT_TRAIN_RECIPE
+    """The offline CPU demo; `gtpo train` without arguments runs the gtpo one (gtpo.cli.arguments.DEFAULT_TRAIN_RECIPE)."""
+    from gtpo.cli.arguments import DEFAULT_TRAIN_RECIPE
 
     recipe = dict(DEFAULT_TRAIN_RECIPE)
     recipe["algorithm"] = algorithm

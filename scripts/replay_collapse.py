@@ -2,7 +2,7 @@
 """Replay recorded metrics through the collapse rule and measure it: lead time and false alarms.
 
 For each run (a run folder or its metrics.jsonl) it prints the step the rule of
-``gtpo.callbacks.CollapseWarningCallback`` would have warned at, the step the format reward fell, the
+``gtpo.trainer.callbacks.CollapseWarningCallback`` would have warned at, the step the format reward fell, the
 lead time (fall − warning, in logged steps) and a verdict:
 
 - fall: the first step where the smoothed format reward (EMA, same α as the rule) is more than
@@ -25,8 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from gtpo.callbacks import DEFAULT_FORMAT_KEY, CollapseMonitor, CollapseRule
-from gtpo.runlog import read_metrics
+from gtpo.runs.metrics_log import read_metrics
+from gtpo.trainer.callbacks import DEFAULT_FORMAT_KEY, CollapseMonitor, CollapseRule
 
 
 def step_rows(rows: list[dict]) -> list[dict]:
@@ -91,22 +91,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     try:
-        rule = CollapseRule(alpha=args.alpha, patience=args.patience, entropy_rise=args.entropy_rise,
-                            entropy_threshold=args.entropy_threshold)
-        results = [measure(p, args.format_key, rule, args.fall_drop, args.min_best, args.fall_patience) for p in args.runs]
+        rule = CollapseRule(
+            alpha=args.alpha,
+            patience=args.patience,
+            entropy_rise=args.entropy_rise,
+            entropy_threshold=args.entropy_threshold,
+        )
+        results = [
+            measure(p, args.format_key, rule, args.fall_drop, args.min_best, args.fall_patience) for p in args.runs
+        ]
     except (FileNotFoundError, ValueError) as err:
         print(f"replay_collapse: error: {err}", file=sys.stderr)
         return 2
     print(f"{'run':60s} {'steps':>5s} {'warn':>5s} {'fall':>5s} {'lead':>5s}  verdict")
     for r in results:
-        cells = [str(r[k]) if r[k] is not None else "-" for k in ("last_step", "warning_step", "fall_step", "lead_steps")]
+        cells = [
+            str(r[k]) if r[k] is not None else "-" for k in ("last_step", "warning_step", "fall_step", "lead_steps")
+        ]
         print(f"{r['run'][-60:]:60s} {cells[0]:>5s} {cells[1]:>5s} {cells[2]:>5s} {cells[3]:>5s}  {r['verdict']}")
     fell = [r for r in results if r["fall_step"] is not None]
     calm = [r for r in results if r["fall_step"] is None]
     early = [r for r in fell if r["verdict"] == "early"]
     alarms = [r for r in calm if r["verdict"] == "false alarm"]
-    print(f"collapsed (format fell): {len(fell)}; warned before the fall: {len(early)}"
-          + (f" (lead {', '.join(str(r['lead_steps']) for r in early)} steps)" if early else ""))
+    print(
+        f"collapsed (format fell): {len(fell)}; warned before the fall: {len(early)}"
+        + (f" (lead {', '.join(str(r['lead_steps']) for r in early)} steps)" if early else "")
+    )
     print(f"not collapsed: {len(calm)}; false alarms: {len(alarms)}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -8,7 +8,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import sys
+
 import pytest
+
+# Helpers shared by tests in several folders (trainer_helpers, cli_helpers, golden_run) live in tests/scripts.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

@@ -4,17 +4,12 @@
 The trainer classes are imported lazily so that `import gtpo.core` stays light (no TRL import).
 """
 
-__version__ = "0.1.0"
+from gtpo.lazy import lazy_getattr
+from gtpo.version import __version__
 
-_LAZY = {"GTPOTrainer": "gtpo.trainer", "GTPOConfig": "gtpo.config"}
+_LAZY = {"GTPOTrainer": "gtpo.trainer.trainer", "GTPOConfig": "gtpo.trainer.config"}
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gtpo' has no attribute {name!r}")
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = ["GTPOConfig", "GTPOTrainer", "__version__"]

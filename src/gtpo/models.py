@@ -245,3 +245,22 @@ def build_tiny_model(directory: Path, seed: int = 0) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory)
     logger.info("built tiny model in %s", directory)
+
+
+def model_problem(name: str) -> str | None:
+    """Why ``name`` (neither an offline name nor a local path) cannot be loaded from the hub, or None.
+
+    Asks only for ``config.json`` (or finds it in the cache when HF_HUB_OFFLINE=1), so a misspelled hub id
+    such as ``smollm`` fails before any run folder is made. A repo without config.json (a LoRA adapter) passes.
+    """
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+    from transformers.utils import cached_file
+
+    try:
+        cached_file(name, "config.json")
+    except (OSError, ValueError) as err:
+        if isinstance(err.__cause__, RemoteEntryNotFoundError):
+            return None  # the repo exists but has no config.json (e.g. a LoRA adapter)
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return reason[:200]
+    return None

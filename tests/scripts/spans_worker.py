@@ -10,7 +10,8 @@ or as two (gloo on CPU), with the same global batch split over the ranks:
 
 Each rank writes OUT/rank<r>.json: for every row of its part of the generation batch (before TRL
 shuffles it), the global row index, prompt, completion ids, advantage, forward/backward spans and
-λ (Eq. 5), over valid tokens, and the ⟨H⟩_ini it measured (on 5 prompts). Rank 0 writes OUT/params.pt and OUT/params_before.pt, the trainable
+λ (Eq. 5), over valid tokens, and the ⟨H⟩_ini it measured (on 5 prompts). Rank 0 writes OUT/params.pt and
+OUT/params_before.pt, the trainable
 parameters after and before the step.
 """
 
@@ -29,11 +30,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state  # noqa: E402
 
 from gtpo import GTPOConfig, GTPOTrainer, core  # noqa: E402
 from gtpo.models import tiny_model_dir  # noqa: E402
-from gtpo.trainer import BACKWARD_SPAN, FORWARD_SPAN  # noqa: E402
+from gtpo.trainer.trainer import BACKWARD_SPAN, FORWARD_SPAN  # noqa: E402
+from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state  # noqa: E402
 
 
 class RecordingTrainer(FixedGeneration, GTPOTrainer):
@@ -46,21 +47,26 @@ class RecordingTrainer(FixedGeneration, GTPOTrainer):
         rank, n = self.accelerator.process_index, len(inputs)
         advantages = output["advantages"]
         lam = core.conflict_weights(
-            output[FORWARD_SPAN], output[BACKWARD_SPAN], advantages,
-            self.args.conflict_positive_weight, self.args.conflict_combine,
+            output[FORWARD_SPAN],
+            output[BACKWARD_SPAN],
+            advantages,
+            self.args.conflict_positive_weight,
+            self.args.conflict_combine,
         )  # (B, T)
         for i in range(n):
             valid = output["completion_mask"][i].bool()
-            self.records.append({
-                "row": rank * n + i,
-                "rank": rank,
-                "prompt": inputs[i]["prompt"][-1]["content"],
-                "ids": output["completion_ids"][i][valid].tolist(),
-                "advantage": advantages[i].item(),
-                "forward": output[FORWARD_SPAN][i][valid].int().tolist(),
-                "backward": output[BACKWARD_SPAN][i][valid].int().tolist(),
-                "lambda": lam[i][valid].tolist(),
-            })
+            self.records.append(
+                {
+                    "row": rank * n + i,
+                    "rank": rank,
+                    "prompt": inputs[i]["prompt"][-1]["content"],
+                    "ids": output["completion_ids"][i][valid].tolist(),
+                    "advantage": advantages[i].item(),
+                    "forward": output[FORWARD_SPAN][i][valid].int().tolist(),
+                    "backward": output[BACKWARD_SPAN][i][valid].int().tolist(),
+                    "lambda": lam[i][valid].tolist(),
+                }
+            )
         return output
 
 
@@ -102,11 +108,15 @@ def main() -> None:
     before = trainable_state(trainer.model)
     trainer.train()
     rank = trainer.accelerator.process_index
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "world_size": trainer.accelerator.num_processes,
-        "initial_entropy": trainer.initial_entropy,
-        "records": trainer.records,
-    }))
+    (out / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "world_size": trainer.accelerator.num_processes,
+                "initial_entropy": trainer.initial_entropy,
+                "records": trainer.records,
+            }
+        )
+    )
     if rank == 0:
         torch.save(trainable_state(trainer.accelerator.unwrap_model(trainer.model)), out / "params.pt")
         torch.save(before, out / "params_before.pt")

@@ -20,19 +20,48 @@ def build_tiny_gemma3(directory: Path, seed: int = 0) -> Path:
 
     from gtpo.models import tiny_model_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir(), extra_special_tokens={
-        "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
+    tokenizer = AutoTokenizer.from_pretrained(
+        tiny_model_dir(),
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
     tokenizer.chat_template = TEMPLATE
-    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 28, "width": 28}),
-                                tokenizer=tokenizer, chat_template=TEMPLATE, image_seq_length=4)
+    processor = Gemma3Processor(
+        image_processor=Gemma3ImageProcessorPil(size={"height": 28, "width": 28}),
+        tokenizer=tokenizer,
+        chat_template=TEMPLATE,
+        image_seq_length=4,
+    )
     config = Gemma3Config(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512,
-                         sliding_window=64, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=28, patch_size=7, vision_use_head=False),
-        mm_tokens_per_image=4, boi_token_index=tokenizer.boi_token_id, image_token_index=tokenizer.image_token_id,
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=512,
+            sliding_window=64,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+        ),
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=7,
+            vision_use_head=False,
+        ),
+        mm_tokens_per_image=4,
+        boi_token_index=tokenizer.boi_token_id,
+        image_token_index=tokenizer.image_token_id,
         eoi_token_index=tokenizer.convert_tokens_to_ids("<end_of_image>"),
     )
     torch.manual_seed(seed)

@@ -39,11 +39,24 @@ _REVISION = "0" * 40
 # Prompt prefixes of the Zen of Python, in the order of TRL's `zen` prompt-only dataset (its tests assert them);
 # split as its generator does: train_test_split(test_size=0.1, shuffle=False) -> 17 train, 2 test rows.
 _PROMPTS = [
-    "Beautiful is better than", "Explicit is", "Simple is better", "Complex", "Flat is better than",
-    "Sparse is better", "Readability", "Special cases aren't special", "Although practicality beats",
-    "Errors should never", "Unless explicitly", "In the face of ambiguity, refuse",
-    "There should be one-- and preferably", "Although that way may not be obvious at first unless you're", "Now is",
-    "Although never is often", "If the implementation is hard to explain,", "If the implementation is easy",
+    "Beautiful is better than",
+    "Explicit is",
+    "Simple is better",
+    "Complex",
+    "Flat is better than",
+    "Sparse is better",
+    "Readability",
+    "Special cases aren't special",
+    "Although practicality beats",
+    "Errors should never",
+    "Unless explicitly",
+    "In the face of ambiguity, refuse",
+    "There should be one-- and preferably",
+    "Although that way may not be obvious at first unless you're",
+    "Now is",
+    "Although never is often",
+    "If the implementation is hard to explain,",
+    "If the implementation is easy",
     "Namespaces are one honking great",
 ]
 
@@ -62,13 +75,24 @@ def _build_models() -> None:
     from gtpo.models import tiny_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
-    common = dict(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                  bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
-    for repo_id, build in ((CAUSAL, lambda: Qwen2ForCausalLM(Qwen2Config(**common))),
-                           (CLASSIFIER, lambda: Qwen2ForSequenceClassification(Qwen2Config(**common, num_labels=1)))):
+    for repo_id, build in (
+        (CAUSAL, lambda: Qwen2ForCausalLM(Qwen2Config(**common))),
+        (CLASSIFIER, lambda: Qwen2ForSequenceClassification(Qwen2Config(**common, num_labels=1))),
+    ):
         target = _snapshot(repo_id)
         if (target / "config.json").is_file():
             continue
@@ -122,8 +146,11 @@ def _load_dataset(path, name=None, *args, split=None, streaming=False, **kwargs)
     build = builders[path]
     if split is None:
         parts = {s: build(name, s) for s in ("train", "test")}
-        return datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in parts.items()}) if streaming \
+        return (
+            datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in parts.items()})
+            if streaming
             else datasets.DatasetDict(parts)
+        )
     data = build(name, split)
     return data.to_iterable_dataset() if streaming else data
 
@@ -139,8 +166,14 @@ _import_utils = importlib.import_module("trl.import_utils")
 
 # A TRL test file older than the installed TRL may import availability probes the installed TRL no longer
 # has; a missing probe reads as "not available", so the tests that need it are skipped by their decorators.
-for _name in ("is_harbor_available", "is_jmespath_available", "is_joblib_available", "is_math_verify_available",
-              "is_mergekit_available", "is_openreward_available"):
+for _name in (
+    "is_harbor_available",
+    "is_jmespath_available",
+    "is_joblib_available",
+    "is_math_verify_available",
+    "is_mergekit_available",
+    "is_openreward_available",
+):
     if not hasattr(_import_utils, _name):
         setattr(_import_utils, _name, lambda *args, **kwargs: False)
 
@@ -163,8 +196,11 @@ else:  # baseline: TRL's own trainer, same offline set-up, and bf16 off without 
 
 # --- outcome classes ------------------------------------------------------------------------------------
 _REFUSAL = re.compile(r"algorithm='gtpo'|algorithm='grpo'|with algorithm=|GTPOConfig\.|GTPO has no KL")
-_OFFLINE = re.compile(r"offline|LocalEntryNotFound|couldn't connect|Cannot find the requested files|"
-                      r"not built by tests/trl_compat|HF_HUB_OFFLINE|outgoing traffic has been disabled", re.I)
+_OFFLINE = re.compile(
+    r"offline|LocalEntryNotFound|couldn't connect|Cannot find the requested files|"
+    r"not built by tests/trl_compat|HF_HUB_OFFLINE|outgoing traffic has been disabled",
+    re.I,
+)
 _RESULTS: dict[str, dict] = {}
 
 

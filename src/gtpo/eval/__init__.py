@@ -3,7 +3,7 @@
 - `gtpo.eval.metrics`: the estimators, pure (`pass_at_k`, `maj_at_k`, `group_answers`, `maj_at_k_from_classes`).
 - `gtpo.eval.runner`: `EvalConfig` + `evaluate`: sample, grade with `gtpo.grading`, write records and results.
 - `gtpo.eval.backends`: transformers `generate` (any machine) or vLLM (GPU, optional).
-- `gtpo.eval.plots`: pass@k / maj@k against k from results files; `gtpo.eval.cli`: `gtpo eval`, `gtpo eval-plot`.
+- `gtpo.eval.plots`: pass@k / maj@k against k from results files; `gtpo.cli.eval`: `gtpo eval`, `gtpo eval-plot`.
 
 See docs/evaluation.md.
 """

@@ -29,12 +29,6 @@ logger = logging.getLogger(__name__)
 Messages = list[dict]
 
 
-def _check_one_seed_per_prompt(prompts: Sequence, seeds: Sequence[int]) -> None:
-    """Both backends draw sample i with seeds[i] (docs/evaluation.md): one seed per prompt, no more, no less."""
-    if len(prompts) != len(seeds):
-        raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
-
-
 @dataclass(frozen=True)
 class SamplingSettings:
     """How completions are sampled. Defaults are the paper's evaluation: temperature 1.0, no top-p/top-k.
@@ -79,6 +73,24 @@ class Backend(Protocol):
     ) -> list[Completion]:
         """One completion per prompt; ``seeds`` has one seed per prompt."""
         ...
+
+
+class SeededBackend:
+    """What both backends share: sample i is drawn with seeds[i] (docs/evaluation.md), one seed per prompt, no
+    more, no less; subclasses implement ``_sample`` for a non-empty batch."""
+
+    def generate(
+        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
+    ) -> list[Completion]:
+        """One completion per prompt; ``seeds`` has one seed per prompt."""
+        if len(prompts) != len(seeds):
+            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+        if not prompts:
+            return []
+        return self._sample(list(prompts), list(seeds), sampling)
+
+    def _sample(self, prompts: list[Messages], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
+        raise NotImplementedError
 
 
 def render_prompt(tokenizer, messages: Messages) -> str:
@@ -168,7 +180,7 @@ def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
     return PerRowSampler()
 
 
-class TransformersBackend:
+class TransformersBackend(SeededBackend):
     """Batched ``model.generate`` with left padding; runs on CPU or one GPU.
 
     Reproducibility: every row is sampled from its own generator seeded with its seed
@@ -208,20 +220,16 @@ class TransformersBackend:
             pad_token_id=self.tokenizer.pad_token_id,
         )
 
-    def generate(
-        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
-    ) -> list[Completion]:
+    def _sample(self, prompts: list[Messages], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
         import torch
 
-        _check_one_seed_per_prompt(prompts, seeds)
-        if not prompts:
-            return []
         texts = [render_prompt(self.tokenizer, m) for m in prompts]
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         processors = [] if sampling.temperature == 0 else [per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
-            out = self.model.generate(**batch, generation_config=self._generation_config(sampling),
-                                      logits_processor=processors)
+            out = self.model.generate(
+                **batch, generation_config=self._generation_config(sampling), logits_processor=processors
+            )
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()  # (B, <= max_new_tokens)
         return [self._completion(ids) for ids in new_tokens]
 
@@ -233,7 +241,7 @@ class TransformersBackend:
         return Completion(self.tokenizer.decode(ids[:stop], skip_special_tokens=False), stop + 1, False)
 
 
-class VLLMBackend:
+class VLLMBackend(SeededBackend):
     """vLLM offline engine (``pip install gtpo[vllm]``, GPU). A LoRA adapter directory is served on its
     base model through ``LoRARequest``; each prompt gets its own seed, so completions do not depend on
     how prompts are batched."""
@@ -242,8 +250,9 @@ class VLLMBackend:
 
     def __init__(self, model: str, dtype: str | None = None, seed: int = 0, **llm_kwargs):
         if importlib.util.find_spec("vllm") is None:
-            raise ValueError("backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, "
-                             "or use --backend transformers")
+            raise ValueError(
+                "backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, or use --backend transformers"
+            )
         from vllm import LLM
 
         from gtpo.models import adapter_base_model, resolve_model
@@ -251,8 +260,9 @@ class VLLMBackend:
         model = os.fspath(model)
         source = resolve_model(model)
         if source.gguf_file is not None:
-            raise ValueError(f"backend 'vllm' does not load the offline GGUF model {model!r}; "
-                             "use --backend transformers")
+            raise ValueError(
+                f"backend 'vllm' does not load the offline GGUF model {model!r}; use --backend transformers"
+            )
         self.lora_request = None
         base = adapter_base_model(source.path)
         kwargs = dict(model=base or source.path, seed=seed, dtype=dtype or "auto", **llm_kwargs)
@@ -268,14 +278,9 @@ class VLLMBackend:
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
-    def generate(
-        self, prompts: Sequence[Messages], seeds: Sequence[int], sampling: SamplingSettings
-    ) -> list[Completion]:
+    def _sample(self, prompts: list[Messages], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
         from vllm import SamplingParams
 
-        _check_one_seed_per_prompt(prompts, seeds)
-        if not prompts:
-            return []
         params = [
             SamplingParams(
                 n=1,

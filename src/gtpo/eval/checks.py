@@ -49,7 +49,9 @@ def check_output_dir(run_dir: Path) -> None:
             if not parent.is_dir():
                 raise ValueError(f"--output-dir: {parent} is a file, not a folder; choose another --output-dir")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise ValueError(f"--output-dir: cannot write in {parent} (permission denied); choose another --output-dir")
+                raise ValueError(
+                    f"--output-dir: cannot write in {parent} (permission denied); choose another --output-dir"
+                )
             return
 
 
@@ -64,7 +66,9 @@ def removed_if_never_started(run_dir: Path, samples_file: str):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"--output-dir: cannot create {run_dir} ({err.strerror or err}); choose another --output-dir") from None
+        raise ValueError(
+            f"--output-dir: cannot create {run_dir} ({err.strerror or err}); choose another --output-dir"
+        ) from None
     try:
         yield
     except BaseException:

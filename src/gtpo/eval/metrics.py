@@ -154,8 +154,10 @@ def group_answers(
             if is_right:
                 match = correct_class
             else:  # wrong answers pool with wrong answers only: the grader need not be transitive
-                match = next((i for i, rep in enumerate(representatives)
-                              if not class_correct[i] and equivalent(answer, rep)), None)
+                match = next(
+                    (i for i, rep in enumerate(representatives) if not class_correct[i] and equivalent(answer, rep)),
+                    None,
+                )
             if match is None:
                 match = len(representatives)
                 representatives.append(answer)
@@ -187,8 +189,12 @@ def _hypergeom(log_fact: np.ndarray, population: int, successes: int, draws: np.
     f = np.where(valid, failures, 0)
     d = np.where(valid, draws, 0)
     log_p = (
-        log_fact[successes] - log_fact[h] - log_fact[successes - h]
-        + log_fact[population - successes] - log_fact[f] - log_fact[population - successes - f]
+        log_fact[successes]
+        - log_fact[h]
+        - log_fact[successes - h]
+        + log_fact[population - successes]
+        - log_fact[f]
+        - log_fact[population - successes - f]
         - (log_fact[population] - log_fact[d] - log_fact[population - d])
     )
     return np.where(valid, np.exp(log_p), 0.0)
@@ -203,14 +209,13 @@ def _shifted_sum(a: np.ndarray) -> np.ndarray:
     rows, ties, width = a.shape  # (R+1, T+1, x)
     padded = np.concatenate([a, np.zeros((width, ties, width))], axis=0)  # (R+1+x, T+1, x)
     s0, s1, s2 = padded.strides
-    view = np.lib.stride_tricks.as_strided(padded, shape=(rows, ties, width), strides=(s0, s1, s0 + s2),
-                                           writeable=False)
+    view = np.lib.stride_tricks.as_strided(
+        padded, shape=(rows, ties, width), strides=(s0, s1, s0 + s2), writeable=False
+    )
     return view.sum(axis=2)  # (R+1, T+1)
 
 
-def maj_at_k_from_classes(
-    counts: Sequence[int], correct: Sequence[bool], num_samples: int, k: int
-) -> float:
+def maj_at_k_from_classes(counts: Sequence[int], correct: Sequence[bool], num_samples: int, k: int) -> float:
     """Exact maj@k (expectation over k-subsets, ties split) from class sizes; see the module docstring.
 
     counts: samples per answer class; correct: whether each class is the gold answer; num_samples: n,
@@ -237,7 +242,7 @@ def maj_at_k_from_classes(
         return 0.0
     log_fact = _log_comb_table(num_samples)
     total = 0.0
-    for j, (a_j, ok) in enumerate(zip(counts, correct)):
+    for j, (a_j, ok) in enumerate(zip(counts, correct, strict=False)):
         if not ok or a_j == 0:
             continue
         others = [a for i, a in enumerate(counts) if i != j]

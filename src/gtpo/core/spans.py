@@ -1,0 +1,136 @@
+"""§2–3 of GTPO in the paper's order: conflict spans (Sec. 5.1) and the token weights λ (Eq. 5/21).
+
+N completions in right-padded (N, T) tensors; rows ``g*G .. g*G+G-1`` are the G completions of prompt g;
+``A_i`` an advantage, ``o_i`` the valid tokens (``completion_mask``). No trainer, no logging.
+The conflict search itself is `gtpo.core.conflicts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from gtpo.core.advantages import _signs
+from gtpo.core.checks import (
+    check_weights_inputs,
+    lookup,
+    validate_group_batch,
+)
+from gtpo.core.conflicts import aligned_conflicts
+
+
+# 2. Conflict spans (Sec. 5.1) ---------------------------------------------------------------------
+def conflict_spans(
+    completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int
+) -> tuple[Tensor, Tensor]:
+    """Forward (leading) and backward (trailing) conflict spans M^fw, M^bw of each completion, Sec. 5.1.
+
+    Position p of completion i is a *forward conflict* when its token also appears at p in a completion
+    with A>0 and in one with A<0 of the same group; a *backward conflict* counts offsets r from each
+    completion's own last valid token (position ``|o_i| - 1 - r``). The forward span is the run of
+    forward conflicts from the first valid token, the backward span the run ending at the last one.
+    Rows with A=0 (`advantage_signs`), padding and empty completions are never in a span. Validity comes
+    from ``completion_mask`` only, never from a pad id (often EOS, itself a genuine conflict token).
+
+    Args:
+        completion_ids: (N, T) integer token ids, right-padded (as in TRL).
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+        advantages: (N,) floats; only their signs count.
+        group_size: G, the completions per prompt (rows g*G .. g*G+G-1 form group g).
+
+    Returns:
+        (forward, backward): two (N, T) bool tensors, the spans M^fw and M^bw.
+
+    >>> ids = torch.tensor([[5, 7, 9], [5, 8, 9]])
+    >>> fw, bw = conflict_spans(ids, torch.ones(2, 3, dtype=torch.bool), torch.tensor([1.0, -1.0]), 2)
+    >>> fw.int().tolist(), bw.int().tolist()
+    ([[1, 0, 0], [1, 0, 0]], [[0, 0, 1], [0, 0, 1]])
+    """
+    valid = validate_group_batch(completion_ids, completion_mask, advantages, group_size)  # (N, T)
+    t = completion_ids.shape[1]
+    ids = completion_ids.long()  # (N, T)
+    lengths = valid.sum(dim=-1)  # (N,) |o_i|
+
+    # Keys 2v (A>0), 2v+1 (A<0), -1 (A=0 or padding): see core_conflicts.aligned_conflicts.
+    signs = _signs(advantages, group_size)  # (N,) zero up to rounding -> 0, the one sign rule
+    sign_bit = (signs < 0).long().unsqueeze(-1)  # (N, 1)
+    takes_part = valid & (signs != 0).unsqueeze(-1)  # (N, T)
+    fw_keys = torch.where(takes_part, 2 * ids + sign_bit, -1)  # (N, T)
+    # Backward alignment: offset r reads position |o_i| - 1 - r. With right padding, offset r is valid
+    # exactly where position r is, so `takes_part` masks both layouts.
+    pos = torch.arange(t, device=completion_ids.device)  # (T,)
+    from_end = (lengths.unsqueeze(-1) - 1 - pos).clamp_(min=0)  # (N, T)
+    bw_keys = torch.where(takes_part, fw_keys.gather(1, from_end), -1)  # (N, T)
+
+    hits = aligned_conflicts(torch.cat([fw_keys, bw_keys], dim=1), group_size)  # (N, 2T)
+    # Span length = length of the leading run of conflicts (a running AND); padding stops it.
+    fw_len = hits[:, :t].cummin(dim=-1).values.sum(dim=-1, keepdim=True)  # (N, 1)
+    bw_len = hits[:, t:].cummin(dim=-1).values.sum(dim=-1, keepdim=True)  # (N, 1)
+    forward = pos < fw_len  # (N, T)
+    backward = (pos >= lengths.unsqueeze(-1) - bw_len) & valid  # (N, T)
+    return forward, backward
+
+
+# 3. Token weights λ (Eq. 5/21) --------------------------------------------------------------------
+def _signed_weight(span: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
+    """Eq. (5) on one mask: 1 outside the span; inside 0 (A<0), positive_weight (A>0), 1 (A=0)."""
+    a = signs.unsqueeze(-1)  # (N, 1) from `advantage_signs`, as floats
+    one = torch.ones((), dtype=signs.dtype, device=signs.device)
+    inside = torch.where(a > 0, positive_weight, torch.where(a < 0, 0.0, one))  # (N, 1)
+    return torch.where(span, inside, one)  # (N, T)
+
+
+def _combine_union(forward: Tensor, backward: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
+    # The paper's text: M_i = M_i^fw ∨ M_i^bw, then Eq. (5).
+    return _signed_weight(forward | backward, signs, positive_weight)  # (N, T)
+
+
+def _combine_product(forward: Tensor, backward: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
+    # The authors' code (Listing 2): final_mask = mask_fwd * mask_bw, so positive_weight² in overlaps.
+    fw = _signed_weight(forward, signs, positive_weight)  # (N, T)
+    return fw * _signed_weight(backward, signs, positive_weight)  # (N, T)
+
+
+COMBINE_MODES: dict[str, Callable[[Tensor, Tensor, Tensor, float], Tensor]] = {
+    "union": _combine_union,
+    "product": _combine_product,
+}
+"""How forward and backward spans combine into λ: ``union`` (paper text), ``product`` (authors' code)."""
+
+
+def conflict_weights(
+    forward: Tensor,
+    backward: Tensor,
+    advantages: Tensor,
+    positive_weight: float = 2.0,
+    combine: str = "union",
+    *,
+    group_size: int = 1,
+) -> Tensor:
+    """Token weights λ_{i,t} of Eq. (5)/(21): 1 outside the spans; inside 0 (A<0), positive_weight (A>0).
+
+    Rows with A_i=0 keep 1 (they have no spans from `conflict_spans`); padding is outside every span.
+
+    Args:
+        forward: (N, T) bool forward spans M^fw.
+        backward: (N, T) bool backward spans M^bw.
+        advantages: (N,) floats *before* any entropy shift (the signs decide).
+        positive_weight: λ inside a span for A>0 (the paper's 2, App. 11 Eq. 19).
+        combine: one of `COMBINE_MODES`: ``union`` (M = M^fw ∨ M^bw, the paper's text) or ``product`` (the
+            authors' code: forward and backward λ multiplied, 4 on tokens in both spans).
+        group_size: G for `advantage_signs` (1: each row alone).
+
+    Returns:
+        (N, T) λ in the dtype of ``advantages``.
+
+    >>> fw = torch.tensor([[True, True], [True, False]])
+    >>> bw = torch.tensor([[False, True], [False, False]])
+    >>> conflict_weights(fw, bw, torch.tensor([1.0, -1.0]), combine="product").tolist()
+    [[2.0, 4.0], [0.0, 1.0]]
+    """
+    fn = lookup(COMBINE_MODES, combine, "combine mode")
+    check_weights_inputs(forward, backward, advantages, positive_weight, group_size)
+    signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
+    return fn(forward, backward, signs, float(positive_weight))  # (N, T)

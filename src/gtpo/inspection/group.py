@@ -1,0 +1,239 @@
+"""``gtpo inspect``: one group of completions through GTPO's eyes (the paper's Fig. 9 on your own model).
+
+It samples G completions of one prompt (or reads a recorded group), grades them with the project's
+rewards, computes the advantages as training does (TRL's ``scale_rewards``), the forward and backward
+conflict spans (Sec. 5.1), λ under ``union`` and ``product`` (Eq. 5/21), the per-token entropy at
+temperature 1 (Sec. 4.2), ⟨H⟩_i and δ_i (Eq. 6), and A'_i = δ_i(A_i − γ⟨H⟩_i) (Eq. 7). Rendering (terminal,
+PNG, JSON) lives in ``gtpo.inspection.render``; the command in ``gtpo.cli.inspect``. Usage: docs/inspect.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gtpo import core
+
+logger = logging.getLogger(__name__)
+
+SCALE_REWARDS = ("group", "batch", "none")
+# Recipe keys that `gtpo inspect` takes from a training recipe (the flags of the same meaning win).
+RECIPE_KEYS = {
+    "model_name_or_path": "model",
+    "task": "task",
+    "few_shot": "few_shot",
+    "num_generations": "num_generations",
+    "temperature": "temperature",
+    "max_completion_length": "max_completion_length",
+    "scale_rewards": "scale_rewards",
+    "reward_funcs": "reward_funcs",
+    "conflict_combine": "combine",
+    "conflict_positive_weight": "positive_weight",
+    "entropy_filter": "entropy_filter",
+    "entropy_threshold": "entropy_threshold",
+    "entropy_gamma": "gamma",
+    "initial_entropy": "initial_entropy",
+    "dtype": "dtype",
+    "top_p": "top_p",
+    "top_k": "top_k",
+}
+DEFAULTS = dict(
+    model="smollm2",
+    task="synthetic",
+    few_shot=None,
+    num_generations=8,
+    temperature=1.0,
+    max_completion_length=96,
+    scale_rewards="group",
+    reward_funcs=["format", "accuracy"],
+    combine="union",
+    positive_weight=2.0,
+    entropy_filter="auto",
+    entropy_threshold=core.LN2,
+    gamma=0.1,
+    initial_entropy=None,
+    dtype="float32",
+    top_p=1.0,
+    top_k=0,
+)
+
+
+def group_advantages(rewards: Tensor, scale_rewards: str = "group") -> Tensor:
+    """A_i of one group as TRL 1.16 computes them (Eq. 8): R_i − mean(R), divided by (std(R) + 1e-4)
+    unless ``scale_rewards="none"`` (the authors' code); with one group ``group`` and ``batch`` coincide, so both
+    are :func:`gtpo.core.group_advantages` with ``scale="group"``.
+
+    Args:
+        rewards: (G,) one group's rewards.
+        scale_rewards: TRL's ``scale_rewards``: "group", "batch" or "none".
+
+    Returns:
+        (G,) float32 advantages.
+
+    >>> group_advantages(torch.tensor([20.0, 0.0]), "none").tolist()
+    [10.0, -10.0]
+    """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
+    rewards = rewards.float()  # (G,)
+    return core.group_advantages(rewards, rewards.numel(), scale="none" if scale_rewards == "none" else "group")
+
+
+@dataclass
+class GroupAnalysis:
+    """Everything `gtpo inspect` shows about one group of G completions (rows), T positions."""
+
+    rewards: Tensor  # (G,)
+    advantages: Tensor  # (G,) A_i, before any entropy shift
+    forward: Tensor  # (G, T) bool M^fw
+    backward: Tensor  # (G, T) bool M^bw
+    lambda_union: Tensor  # (G, T)
+    lambda_product: Tensor  # (G, T)
+    mask: Tensor  # (G, T) bool valid tokens
+    token_entropy: Tensor | None = None  # (G, T) nats, temperature 1
+    mean_entropy: Tensor | None = None  # (G,) ⟨H⟩_i
+    delta: Tensor | None = None  # (G,) bool δ_i
+    shifted: Tensor | None = None  # (G,) A'_i
+    initial_entropy: float | None = None
+
+
+def analyse_group(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    rewards: Tensor,
+    *,
+    scale_rewards: str = "group",
+    positive_weight: float = 2.0,
+    token_entropy: Tensor | None = None,
+    entropy_filter: str = "auto",
+    entropy_threshold: float = core.LN2,
+    initial_entropy: float | None = None,
+    gamma: float = 0.1,
+) -> GroupAnalysis:
+    """Advantages, spans, λ (union and product) and, given per-token entropies, ⟨H⟩_i, δ_i and A'_i.
+
+    ``initial_entropy`` (⟨H⟩_ini of Eq. 6) defaults to the group's own mean ⟨H⟩ when the filter needs it.
+    """
+    mask = completion_mask.bool()  # (G, T)
+    g = completion_ids.shape[0]
+    if rewards.shape != (g,):
+        raise ValueError(f"{g} completions but {tuple(rewards.shape)[0] if rewards.dim() else 1} rewards")
+    advantages = group_advantages(rewards, scale_rewards)  # (G,)
+    forward, backward = core.conflict_spans(completion_ids, mask, advantages, g)  # (G, T) each
+    result = GroupAnalysis(
+        rewards=rewards.float(),
+        advantages=advantages,
+        forward=forward,
+        backward=backward,
+        lambda_union=core.conflict_weights(forward, backward, advantages, positive_weight, "union"),
+        lambda_product=core.conflict_weights(forward, backward, advantages, positive_weight, "product"),
+        mask=mask,
+    )
+    if token_entropy is not None:
+        mean = core.mean_completion_entropy(token_entropy, mask)  # (G,)
+        if initial_entropy is None and entropy_filter == "auto":
+            initial_entropy = float(mean.mean())  # a stand-in: training measures it on 100 prompts
+        delta = core.entropy_keep_mask(
+            mean, advantages, mode=entropy_filter, threshold=entropy_threshold, initial_entropy=initial_entropy
+        )  # (G,)
+        result.token_entropy = torch.where(mask, token_entropy.float(), 0.0)
+        result.mean_entropy, result.delta, result.initial_entropy = mean, delta, initial_entropy
+        result.shifted = core.shift_advantages(advantages, mean, delta, gamma)  # (G,)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """Token ids of a prompt as TRL builds them: chat template with the generation prompt for a list of
+    messages, the plain text for a string."""
+    if isinstance(prompt, list):
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    else:
+        text = prompt
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def sample_completions(
+    model,
+    tokenizer,
+    prompt,
+    *,
+    num_generations: int,
+    temperature: float,
+    max_completion_length: int,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+):
+    """G sampled completions: (prompt_ids (P,), completion_ids (G, T), mask (G, T) up to the first EOS)."""
+    ids = torch.tensor([prompt_ids(tokenizer, prompt)])  # (1, P)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_completion_length,
+            num_return_sequences=num_generations,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    completion = out[:, ids.shape[1] :]  # (G, T)
+    return ids[0], completion, _mask_after_eos(completion, tokenizer.eos_token_id)
+
+
+def _mask_after_eos(completion: Tensor, eos_id: int | None) -> Tensor:
+    # As TRL: valid up to and including the first EOS; everything after is padding.
+    if eos_id is None:
+        return torch.ones_like(completion, dtype=torch.bool)
+    is_eos = completion == eos_id  # (G, T)
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1), completion.shape[1])  # (G,)
+    return torch.arange(completion.shape[1]) <= first.unsqueeze(1)  # (G, T)
+
+
+def tokenize_completions(tokenizer, texts: list[str], append_eos: bool = True):
+    """A recorded group's completion texts as (G, T) ids and mask; EOS appended, as a terminated
+    completion ends in training."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    if append_eos and tokenizer.eos_token_id is not None:
+        rows = [r + [tokenizer.eos_token_id] for r in rows]
+    t = max(1, max(len(r) for r in rows))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([r + [pad] * (t - len(r)) for r in rows])  # (G, T)
+    mask = torch.tensor([[True] * len(r) + [False] * (t - len(r)) for r in rows])  # (G, T)
+    return ids, mask
+
+
+def completion_entropy(model, prompt: Tensor, completion: Tensor, mask: Tensor) -> Tensor:
+    """(G, T) entropy in nats of the model's own next-token distribution at each completion token,
+    at temperature 1 (Sec. 4.2: untempered logits, whatever the sampling temperature)."""
+    rows = []
+    p = prompt.shape[0]
+    with torch.no_grad():
+        for ids, valid in zip(completion, mask, strict=False):  # one row at a time: (T, V) logits, not (G, T, V)
+            n = int(valid.sum())
+            full = torch.cat([prompt, ids[:n]]).unsqueeze(0)  # (1, P+n)
+            logits = model(full).logits[0, p - 1 : p - 1 + n]  # (n, V): position t predicts token t
+            h = torch.zeros(completion.shape[1])
+            h[:n] = core.token_entropy(logits)
+            rows.append(h)
+    return torch.stack(rows)  # (G, T)
+
+
+def grade(reward_names: list[str], texts: list[str], prompt, answer) -> tuple[Tensor, dict[str, list[float]]]:
+    """Total reward per completion (sum over reward functions, TRL's default weights of 1) and each part."""
+    from gtpo.tasks import get_reward_funcs
+
+    conversational = isinstance(prompt, list)
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+    parts = {}
+    for name, fn in zip(reward_names, get_reward_funcs(reward_names), strict=False):
+        parts[name] = [float(r) for r in fn(completions, answer=[answer] * len(texts), prompts=[prompt] * len(texts))]
+    return torch.tensor([sum(p[i] for p in parts.values()) for i in range(len(texts))]), parts

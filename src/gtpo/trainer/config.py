@@ -1,0 +1,295 @@
+"""`GTPOConfig`: TRL's `GRPOConfig` plus GTPO's fields (arXiv 2508.03772, Sec. 5 and Eq. 5-7).
+
+Every GTPO field is documented once, in its `metadata["help"]`, with the paper symbol it sets; the
+same text is what `HfArgumentParser` prints for `--help`. Everything else is TRL's `GRPOConfig`,
+unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOConfig overrides"):
+
+- `loss_type="grpo"` (TRL: "dapo"): Eq. 1/7 average tokens within a completion, then completions,
+  so the GRPO baseline from the same config is the paper's GRPO. With algorithm="gtpo", "bnpo",
+  "dr_grpo" and "dapo" are accepted as aggregations of GTPO's token losses.
+- `bf16=None` resolves to False where no accelerator is present or `use_cpu=True` (TRL: True
+  everywhere): on CPU bf16 autocast is slow and loses the precision the tests compare at.
+- `beta=0.0` is TRL's default already; with `algorithm="gtpo"` any other value is an error.
+
+>>> from gtpo import GTPOConfig
+>>> args = GTPOConfig(output_dir="out", entropy_filter="never")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+ALGORITHMS = ("gtpo", "grpo")
+CONFLICT_COMBINES = ("union", "product")
+ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
+ENTROPY_TERMS = ("advantage", "differentiable", "none")
+AGGREGATIONS = ("sequence", "reference")
+# TRL loss types that are aggregations only (how token losses are normalized), composed with GTPO's λ and δ.
+GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+ENTROPY_TEMPERATURES = ("model", "sampling")
+
+LN2 = math.log(2.0)
+
+
+def accelerator_available() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"GTPOConfig.{name}={value!r} is not valid; choose one of {list(choices)}.")
+
+
+def _check_number(name: str, value, *, minimum: float, strict: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > minimum if strict else value >= minimum)
+    if not ok:
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise ValueError(f"GTPOConfig.{name}={value!r} must be a finite number {bound}.")
+
+
+@dataclass
+class GTPOConfig(GRPOConfig):
+    """Configuration for `GTPOTrainer`: every `GRPOConfig` field plus GTPO's own (listed below).
+
+    The paper's ablations are combinations of the switches:
+
+    - full GTPO: the defaults;
+    - conflict correction only: `entropy_filter="never"`, `entropy_gamma=0.0`;
+    - entropy terms only (GRPO + filter + γ): `conflict_correction=False`;
+    - OnlyNeg filtering (appendix 13): `entropy_filter="negative_only"`;
+    - the authors' released code: `conflict_combine="product"`, `entropy_filter="always"`,
+      `entropy_threshold=0.7`, `gtpo_aggregation="reference"`, `scale_rewards="none"`;
+    - GRPO baseline: `algorithm="grpo"` (TRL's loss, `beta` as set).
+    """
+
+    # --- TRL defaults overridden (reasons in the module docstring and docs/metrics.md) ---
+    loss_type: str = field(
+        default="grpo",
+        metadata={
+            "help": "How token losses are normalized. Default 'grpo' (TRL: 'dapo'): per-completion token mean, then "
+            "mean over completions, as in the paper's Eq. 1 and Eq. 7. With algorithm='gtpo', 'bnpo' (token mean over "
+            "the micro-batch), 'dr_grpo' (token sum / (B * max_completion_length)) and 'dapo' (token sum / valid "
+            "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses; "
+            "TRL's other loss types are refused. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
+        },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision. Default None: True when an accelerator (GPU/XPU/NPU/MPS) is present and "
+            "use_cpu is False and fp16 is not set, else False (TRL: True everywhere, which on CPU means slow, "
+            "lossy bf16 autocast)."
+        },
+    )
+
+    # --- GTPO ---
+    algorithm: str = field(
+        default="gtpo",
+        metadata={
+            "help": "'gtpo': GTPO's objective J_GTPO (Eq. 7) with the components below. 'grpo': every GTPO "
+            "component off, TRL's GRPOTrainer loss unchanged (beta, loss_type as set), for side-by-side baselines "
+            "from the same config.",
+            "choices": list(ALGORITHMS),
+        },
+    )
+    conflict_correction: bool = field(
+        default=True,
+        metadata={
+            "help": "Conflict-aware gradient correction (Sec. 5.1): weight tokens in the leading/trailing conflict "
+            "spans M_i by λ_{i,t} (Eq. 5). False sets λ_{i,t}=1 everywhere (the 'entropy terms only' ablation)."
+        },
+    )
+    conflict_positive_weight: float = field(
+        default=2.0,
+        metadata={
+            "help": "λ for span tokens of completions with A_i>0 (Eq. 5/21); span tokens of completions with A_i<0 "
+            "get 0. The paper's 2 keeps the group's total signal (Appendix 11, Eq. 19)."
+        },
+    )
+    conflict_combine: str = field(
+        default="union",
+        metadata={
+            "help": "How forward and backward spans combine into M_i: 'union' (paper text, M = M^fw ∨ M^bw) or "
+            "'product' (authors' code: forward and backward λ masks multiplied, so a positive token in both spans "
+            "gets λ²=4).",
+            "choices": list(CONFLICT_COMBINES),
+        },
+    )
+    entropy_filter: str = field(
+        default="auto",
+        metadata={
+            "help": "Completion filter δ_i (Eq. 6). 'auto': drop completions with ⟨H⟩_i > entropy_threshold only "
+            "when ⟨H⟩_ini < ln 2 (paper text; the gate is Eq. 6's constant ln 2, whatever entropy_threshold); "
+            "'always': drop them whatever ⟨H⟩_ini (authors' code); 'negative_only': drop only such completions "
+            "with A_i<0 (appendix 13, OnlyNeg); 'never': δ_i=1.",
+            "choices": list(ENTROPY_FILTERS),
+        },
+    )
+    entropy_threshold: float = field(
+        default=LN2,
+        metadata={
+            "help": "Threshold on ⟨H⟩_i in Eq. 6, in nats: completions with ⟨H⟩_i above it are filtered. Default "
+            "ln 2 (paper text); the authors' code used 0.7, and 1.02-1.05 for Qwen (Sec. 12)."
+        },
+    )
+    entropy_gamma: float = field(
+        default=0.1,
+        metadata={"help": "γ, weight of the entropy term -γ⟨H⟩_i in Eq. 7. 0 turns the term off."},
+    )
+    entropy_term: str = field(
+        default="advantage",
+        metadata={
+            "help": "How -γ⟨H⟩_i enters the loss. 'advantage' (authors' code, default): for kept completions "
+            "A_i ← A_i - γ⟨H⟩_i with ⟨H⟩_i detached; 'differentiable': γ⟨H⟩_i added to the loss with its gradient; "
+            "'none': no entropy term (same as entropy_gamma=0).",
+            "choices": list(ENTROPY_TERMS),
+        },
+    )
+    gtpo_aggregation: str = field(
+        default="sequence",
+        metadata={
+            "help": "Loss aggregation. 'sequence' (Eq. 7): (1/G) Σ_i (1/|o_i|) Σ_t ..., a per-completion token "
+            "mean then a mean over completions (TRL loss_type='grpo' style). 'reference' (authors' code): each "
+            "completion's token mean divided by its number of conflict positions (at least 1), summed over each "
+            "group and averaged over groups.",
+            "choices": list(AGGREGATIONS),
+        },
+    )
+    entropy_temperature: str = field(
+        default="model",
+        metadata={
+            "help": "Which distribution's entropy H enters ⟨H⟩_i, ⟨H⟩_ini (Eq. 6), the γ term (Eq. 7) and the gtpo/ "
+            "metrics. 'model' (default): the model's own next-token distribution, temperature 1, whatever the "
+            "sampling temperature; this is the paper's H (Sec. 4.2) and also what the authors' code computes "
+            "(untempered logits). 'sampling': the distribution sampled from (logits / temperature), as TRL's "
+            "entropy metric and GTPO 0.1.0. Log-probabilities and importance ratios are TRL's (tempered) either way; "
+            "the two coincide at temperature=1.",
+            "choices": list(ENTROPY_TEMPERATURES),
+        },
+    )
+    initial_entropy: float | None = field(
+        default=None,
+        metadata={
+            "help": "⟨H⟩_ini of Eq. 6 in nats. None (default): measured before the first step as the mean "
+            "completion entropy on the first initial_entropy_prompts training prompts, then kept in checkpoints. "
+            "Only used when entropy_filter='auto'."
+        },
+    )
+    initial_entropy_prompts: int = field(
+        default=100,
+        metadata={"help": "Number of training prompts (the dataset's first rows) on which ⟨H⟩_ini is measured."},
+    )
+
+    def __post_init__(self):
+        # Resolved before TRL's __post_init__, which would set it to True whatever the device.
+        if self.bf16 is None:
+            self.bf16 = bool(not self.fp16 and not self.use_cpu and accelerator_available())
+        self._validate_gtpo()
+        super().__post_init__()
+
+    @property
+    def gtpo_enabled(self) -> bool:
+        """True when the GTPO loss replaces TRL's (algorithm='gtpo')."""
+        return self.algorithm == "gtpo"
+
+    @property
+    def needs_initial_entropy(self) -> bool:
+        """True when Eq. 6's ⟨H⟩_ini must be known (measured unless given)."""
+        return self.gtpo_enabled and self.entropy_filter == "auto"
+
+    @property
+    def core_aggregation(self) -> str:
+        """`gtpo.core.gtpo_loss`'s aggregation: loss_type's unless it is 'grpo' (then gtpo_aggregation's)."""
+        return self.gtpo_aggregation if self.loss_type == "grpo" else self.loss_type
+
+    @property
+    def untempered_entropy(self) -> bool:
+        """True when GTPO's entropies must be recomputed at temperature 1 (TRL's are at `temperature`)."""
+        return self.gtpo_enabled and self.entropy_temperature == "model" and self.temperature != 1.0
+
+    def _validate_gtpo(self) -> None:
+        _check_choice("algorithm", self.algorithm, ALGORITHMS)
+        _check_choice("conflict_combine", self.conflict_combine, CONFLICT_COMBINES)
+        _check_choice("entropy_filter", self.entropy_filter, ENTROPY_FILTERS)
+        _check_choice("entropy_term", self.entropy_term, ENTROPY_TERMS)
+        _check_choice("gtpo_aggregation", self.gtpo_aggregation, AGGREGATIONS)
+        _check_choice("entropy_temperature", self.entropy_temperature, ENTROPY_TEMPERATURES)
+        if not isinstance(self.conflict_correction, bool):
+            raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
+        _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)
+        _check_number("entropy_threshold", self.entropy_threshold, minimum=0.0, strict=True)
+        _check_number("entropy_gamma", self.entropy_gamma, minimum=0.0)
+        if self.initial_entropy is not None:
+            _check_number("initial_entropy", self.initial_entropy, minimum=0.0)
+        if isinstance(self.initial_entropy_prompts, bool) or not isinstance(self.initial_entropy_prompts, int):
+            raise ValueError(
+                f"GTPOConfig.initial_entropy_prompts must be an integer >= 1, got {self.initial_entropy_prompts!r}."
+            )
+        if self.initial_entropy_prompts < 1:
+            raise ValueError(
+                f"GTPOConfig.initial_entropy_prompts must be >= 1, got {self.initial_entropy_prompts}: ⟨H⟩_ini is a "
+                "mean over that many training prompts."
+            )
+        if self.num_generations is None or self.num_generations < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations}: GTPO and GRPO need at least 2 completions per prompt, "
+                "since advantages (Eq. 8) and conflict tokens (Sec. 5.1) are defined within a group."
+            )
+        if not self.gtpo_enabled:
+            return  # algorithm='grpo': TRL's own options and checks apply unchanged.
+
+        if self.beta != 0.0:
+            raise ValueError(
+                f"beta={self.beta} with algorithm='gtpo': GTPO has no KL term (Eq. 7). Its entropy filter and "
+                "regularizer replace the KL penalty, so no reference model is loaded and no extra forward pass runs. "
+                "Set beta=0.0, or algorithm='grpo' for a GRPO baseline with a KL term."
+            )
+        if self.loss_type not in GTPO_LOSS_TYPES:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} is a TRL GRPO loss that changes the per-token objective, which "
+                f"algorithm='gtpo' replaces by GTPO's (Eq. 7); with algorithm='gtpo' choose one of "
+                f"{list(GTPO_LOSS_TYPES)} (aggregations), or set algorithm='grpo' to train with TRL's loss."
+            )
+        if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
+            raise ValueError(
+                f"loss_type={self.loss_type!r} with gtpo_aggregation={self.gtpo_aggregation!r}: both choose the loss "
+                "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
+                f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
+            )
+        if self.loss_type == "dapo" and self.entropy_term == "differentiable" and self.entropy_gamma:
+            raise ValueError(
+                "loss_type='dapo' with entropy_term='differentiable': dapo divides by the generation batch's token "
+                "count, not by accumulation steps, so a mean-entropy term added to each micro-batch's loss would be "
+                "counted steps_per_generation times over. Use entropy_term='advantage' (default) "
+                "or another loss_type."
+            )
+        if self.gtpo_aggregation == "reference" and self.entropy_term == "differentiable" and self.entropy_gamma:
+            raise ValueError(
+                "gtpo_aggregation='reference' with entropy_term='differentiable': the authors' aggregation sums "
+                "completions within each group, and a differentiable mean-entropy term on top of it would be weighted "
+                "by the micro-batch size. Use entropy_term='advantage' (as the authors' code) or "
+                "gtpo_aggregation='sequence'."
+            )
+        unsupported = {
+            "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
+            "top_entropy_quantile": (self.top_entropy_quantile != 1.0, "1.0"),
+            "entropy_coef": (self.entropy_coef != 0.0, "0.0 (GTPO's entropy term is entropy_gamma)"),
+            "use_adaptive_entropy": (bool(self.use_adaptive_entropy), "False"),
+            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
+            "delta": (self.delta is not None, "None"),
+        }
+        for name, (is_set, expected) in unsupported.items():
+            if is_set:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is a TRL GRPO loss option that GTPO's loss does not implement; "
+                    f"with algorithm='gtpo' set it to {expected}, or use algorithm='grpo'."
+                )

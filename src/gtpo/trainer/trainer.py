@@ -1,0 +1,384 @@
+"""`GTPOTrainer`: TRL's `GRPOTrainer` with GTPO's loss (arXiv 2508.03772), as a thin subclass.
+
+What changes relative to `GRPOTrainer` (everything else is TRL's, untouched: generation with
+transformers or vLLM, rewards and advantages, PEFT, accumulation, DeepSpeed/FSDP, logging, checkpoints):
+
+- `_generate_and_score_completions`: after TRL computed the advantages, conflict spans (Sec. 5.1) are
+  computed over the batch gathered from every rank, where whole groups are visible, and this rank's
+  rows are sliced back exactly as TRL slices the advantages. They travel as two extra (B, T) bool
+  tensors, which TRL's shuffle/split keeps aligned with the other per-row tensors.
+- `_compute_loss`: the same single forward TRL runs (log-probs and entropies come from its fused LM
+  head), then `gtpo.core.gtpo_loss`: λ weights (Eq. 5), the entropy filter δ (Eq. 6), the entropy term
+  (Eq. 7), PPO clipping whenever TRL supplies π_θold (several iterations per batch, off-policy
+  micro-batches, vLLM's sampling correction). No reference model, no KL.
+- `_prepare_inputs`: measures ⟨H⟩_ini once before the first step when `entropy_filter="auto"`
+  (see `gtpo.trainer.initial_entropy`); `_save_checkpoint` / `_load_optimizer_and_scheduler` keep it.
+- Reward functions are wrapped so that one that raises, returns the wrong number of rewards, or NaN
+  fails with its name and the offending row.
+
+With `algorithm="grpo"` every override defers to TRL, for GRPO baselines from the same config.
+
+>>> from gtpo import GTPOConfig, GTPOTrainer
+>>> trainer = GTPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=reward, args=GTPOConfig("out"),
+...                       train_dataset=dataset)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import textwrap
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from gtpo import core
+from gtpo.trainer import initial_entropy as entropy_init
+from gtpo.trainer import untempered
+from gtpo.trainer.config import GTPOConfig
+from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
+
+logger = logging.getLogger(__name__)
+
+# Extra per-row tensors in the generation batch; TRL shuffles and splits them with the rest.
+FORWARD_SPAN = "gtpo_forward_span"
+BACKWARD_SPAN = "gtpo_backward_span"
+
+# Optional model inputs TRL's `_compute_loss` forwards to `_get_per_token_logps_and_entropies`.
+_FORWARD_INPUT_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+class GTPOTrainer(GRPOTrainer):
+    """Group-relative Trajectory-based Policy Optimization on TRL; arguments as `GRPOTrainer`'s.
+
+    `args` must be a `GTPOConfig` (every `GRPOConfig` argument is accepted there). The training
+    dataset needs a `prompt` column, as for `GRPOTrainer`.
+    """
+
+    _tag_names = ["trl", "grpo", "gtpo"]
+    _name = "GTPO"
+    _paper = {
+        "title": "GTPO: Trajectory-Based Policy Optimization in Large Language Models",
+        "id": "2508.03772",
+        "citation": textwrap.dedent("""\
+            @article{simoni2025gtpo,
+                title        = {{GTPO: Trajectory-Based Policy Optimization in Large Language Models}},
+                author       = {Marco Simoni and Aleksandar Fontana and Giulio Rossolini and Andrea Saracino},
+                year         = 2025,
+                eprint       = {arXiv:2508.03772},
+            }"""),
+    }
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GTPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = GTPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-GTPO")
+        elif not isinstance(args, GTPOConfig):
+            raise TypeError(
+                f"GTPOTrainer needs a GTPOConfig, got {type(args).__name__}. GTPOConfig accepts every GRPOConfig "
+                "argument: replace `GRPOConfig(...)` with `GTPOConfig(...)` (algorithm='grpo' gives TRL's GRPO)."
+            )
+        if args.gtpo_enabled and (tools or environment_factory is not None):
+            raise ValueError(
+                "tools and environment_factory put tool output inside completions, which algorithm='gtpo' does not "
+                "support yet (conflict spans and token means assume contiguous completions); use algorithm='grpo'"
+            )
+        if environment_factory is None:
+            require_prompt_column(train_dataset, "train_dataset")
+            require_prompt_column(eval_dataset, "eval_dataset")
+        super().__init__(
+            model=model,
+            reward_funcs=guard_reward_funcs(reward_funcs),
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+        )
+        # After TRL's own checks (a missing train_dataset is TRL's error first, with TRL's message).
+        if args.needs_initial_entropy and args.initial_entropy is None and is_empty(train_dataset):
+            raise ValueError(
+                "entropy_filter='auto' measures ⟨H⟩_ini (Eq. 6) on the first training prompts, but there is no "
+                "train_dataset (or it is empty); set GTPOConfig.initial_entropy, or entropy_filter to another mode"
+            )
+        # ⟨H⟩_ini (Eq. 6): given, restored from a checkpoint, or measured before the first step.
+        self.initial_entropy: float | None = args.initial_entropy
+        self._initial_entropy_source = "config" if args.initial_entropy is not None else None
+        self._initial_entropy_prompts: int | None = None
+
+    # ------------------------------------------------------------------ generation: conflict spans
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.gtpo_enabled and self.args.conflict_correction:
+            output[FORWARD_SPAN], output[BACKWARD_SPAN] = self._local_conflict_spans(output)
+        return output
+
+    def _local_conflict_spans(self, output) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's (B, T) forward/backward spans, computed over every rank's rows (whole groups)."""
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        ids, mask, advantages = output["completion_ids"], output["completion_mask"], output["advantages"]
+        n_local, length = ids.shape
+        acc = self.accelerator
+        # Ranks pad completions to their own longest one; pad to a common length before gathering.
+        # Padding carries mask 0, so it never takes part in spans (validity comes from the mask only).
+        all_ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=self._tokenizer.pad_token_id))
+        all_mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
+        all_advantages = acc.gather(advantages)  # rank-ordered, as TRL computed them before slicing
+        forward, backward = core.conflict_spans(all_ids, all_mask, all_advantages, group_size)  # (N, T_max)
+        rows = slice(acc.process_index * n_local, (acc.process_index + 1) * n_local)  # TRL's process_slice
+        return forward[rows, :length], backward[rows, :length]
+
+    # ------------------------------------------------------------------ ⟨H⟩_ini
+
+    def _prepare_inputs(self, generation_batch):
+        if self.args.needs_initial_entropy and self.initial_entropy is None:
+            self._measure_initial_entropy()
+        return super()._prepare_inputs(generation_batch)
+
+    def _measure_initial_entropy(self) -> None:
+        n = self.args.initial_entropy_prompts
+        if self.train_dataset is None:
+            raise ValueError(
+                "⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
+                "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'"
+            )
+        prompts = entropy_init.first_rows(self.train_dataset, n)
+        if len(prompts) < n:
+            logger.warning(
+                "⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n
+            )
+        self.initial_entropy = entropy_init.measure_initial_entropy(self, prompts)
+        self._initial_entropy_source = "measured"
+        self._initial_entropy_prompts = len(prompts)
+        active = self.initial_entropy < core.LN2  # Eq. 6's gate (core.entropy_keep_mask, mode "auto")
+        logger.info(
+            "⟨H⟩_ini = %.4f nats on the first %d training prompts: the entropy filter (Eq. 6) is %s",
+            self.initial_entropy,
+            len(prompts),
+            "on" if active else "off",
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # Written before Trainer saves, so that the checkpoint it pushes to the hub (push_to_hub) has it too.
+        if self.args.gtpo_enabled and self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            os.makedirs(folder, exist_ok=True)
+            entropy_init.save_state(
+                folder,
+                {
+                    "initial_entropy": self.initial_entropy,
+                    "initial_entropy_source": self._initial_entropy_source,
+                    "initial_entropy_prompts": self._initial_entropy_prompts,
+                },
+            )
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not self.args.gtpo_enabled:
+            return
+        state = entropy_init.load_state(checkpoint)
+        saved = None if state is None else state.get("initial_entropy")
+        if saved is None:
+            if self.args.needs_initial_entropy and self.args.initial_entropy is None:
+                logger.warning(
+                    "%s has no ⟨H⟩_ini (%s): it will be measured again, on the partly trained policy, which can "
+                    "change Eq. 6's filter gate. Pass initial_entropy=<the value logged as gtpo/initial_entropy> "
+                    "to keep the original one.",
+                    checkpoint,
+                    entropy_init.STATE_FILE,
+                )
+            return
+        if self.args.initial_entropy is None:
+            self.initial_entropy = float(saved)
+            self._initial_entropy_source = "checkpoint"
+            self._initial_entropy_prompts = state.get("initial_entropy_prompts")
+            logger.info("⟨H⟩_ini = %.4f nats restored from %s (not measured again)", self.initial_entropy, checkpoint)
+        elif not math.isclose(saved, self.args.initial_entropy):
+            logger.warning(
+                "GTPOConfig.initial_entropy=%s overrides the ⟨H⟩_ini=%s stored in %s",
+                self.args.initial_entropy,
+                saved,
+                checkpoint,
+            )
+
+    # ------------------------------------------------------------------ loss
+
+    def _compute_loss(self, model, inputs):
+        if not self.args.gtpo_enabled:
+            return super()._compute_loss(model, inputs)
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        if "tool_mask" in inputs:
+            # Tool output inside a completion: where spans should align and whether tool tokens count in
+            # |o_i| is not settled for GTPO, and untested; refuse rather than guess.
+            raise ValueError(
+                "completions with tool/environment output (tool_mask) are not supported with algorithm='gtpo'; "
+                "use algorithm='grpo' for tool-calling runs"
+            )
+
+        # The one forward pass TRL runs too. Entropies come from the same hidden states: at temperature 1
+        # (entropy_temperature="model", Sec. 4.2) through a second pass of the LM head only, else TRL's.
+        differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
+        scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
+        with untempered.untempered_entropy(args.untempered_entropy, differentiable, scored) as capture:
+            per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled,
+                **{key: inputs.get(key) for key in _FORWARD_INPUT_KEYS},
+            )
+        # TRL's `entropy` metric keeps TRL's meaning (the sampling distribution), so GTPO and GRPO runs line up.
+        sampling_entropies = entropies
+        if capture.sampling:
+            sampling_entropies = untempered.completion_layout(
+                capture.sampling[0], attention_mask, completion_ids.size(1)
+            )  # (B, T): one kernel call, since _compute_loss scores the micro-batch in one chunk
+        old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
+        loss, metrics = core.gtpo_loss(
+            per_token_logps,
+            completion_mask,
+            inputs["advantages"],
+            forward_span=inputs.get(FORWARD_SPAN),
+            backward_span=inputs.get(BACKWARD_SPAN),
+            old_per_token_logps=old_per_token_logps,
+            token_entropy=entropies,
+            positive_weight=args.conflict_positive_weight,
+            combine=args.conflict_combine,
+            entropy_filter=args.entropy_filter,
+            entropy_threshold=args.entropy_threshold,
+            initial_entropy=self.initial_entropy,
+            gamma=args.entropy_gamma,
+            entropy_term=args.entropy_term,
+            aggregation=args.core_aggregation,
+            **self._aggregation_kwargs(inputs),
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
+            # only when use_vllm and vllm_importance_sampling_correction (its default) are on, and it weights
+            # each token's loss, as in TRL's own GRPO loss.
+            importance_weights=inputs.get("importance_sampling_ratio"),
+        )
+        # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
+        # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
+        # (as TRL's "grpo", "bnpo", "dr_grpo"); "dapo" is already over the generation batch's token count
+        # per rank, rescaled to one accumulation window as TRL does; "reference" is a sum over the
+        # micro-batch's completions, turned into a sum within each group averaged over groups (the authors'
+        # code trains one group per step, where the two agree).
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        normalizer = accumulation
+        if args.core_aggregation == "dapo":
+            normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
+        elif args.core_aggregation == "reference":
+            group_size = self.num_generations if mode == "train" else self.num_generations_eval
+            normalizer = normalizer * completion_ids.size(0) / group_size
+        loss = loss / normalizer
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation  # as TRL: not the group rescale
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        if self.initial_entropy is not None:
+            metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
+        # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
+        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)
+        self._log_metrics(
+            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, loss_advantages
+        )
+        return loss
+
+    def _loss_advantages(self, advantages, entropies, mask) -> torch.Tensor:
+        """A'_i = δ_i·(A_i − γ⟨H⟩_i) (entropy_term='advantage') or δ_i·A_i: the advantage core.gtpo_loss uses."""
+        args = self.args
+        if args.entropy_filter == "never" and (args.entropy_term != "advantage" or args.entropy_gamma == 0):
+            return advantages
+        mean_h = core.mean_completion_entropy(entropies.detach(), mask)  # (B,)
+        keep = core.entropy_keep_mask(
+            mean_h,
+            advantages,
+            mode=args.entropy_filter,
+            threshold=args.entropy_threshold,
+            initial_entropy=self.initial_entropy,
+        )  # (B,) δ_i, Eq. 6
+        if args.entropy_term == "advantage":
+            return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
+        return torch.where(keep, advantages.float(), 0.0)  # (B,)
+
+    def _aggregation_kwargs(self, inputs) -> dict:
+        """The normalizers TRL's loss types use, for core's aggregations of the same names."""
+        aggregation = self.args.core_aggregation
+        if aggregation == "dr_grpo":
+            return {"max_completion_length": self.max_completion_length}
+        if aggregation == "dapo":
+            # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
+            return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes}
+        return {}
+
+    def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
+        """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
+        device = per_token_logps.device
+        mask = mask.to(per_token_logps.dtype)
+        coef = torch.ones_like(per_token_logps)
+        if old_per_token_logps is not None:
+            coef = torch.exp(per_token_logps.detach() - old_per_token_logps)
+        adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
+        low = ((coef < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
+        high = ((coef > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
+        token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
+        token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
+        totals = self.accelerator.reduce(token_sums.float(), reduction="sum")
+        names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+        for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist(), strict=False):
+            self._metrics[mode][key].append(value)
+
+        keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
+        if keys:
+            values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
+            gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
+            for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
+                self._metrics[mode][key].append(value)

@@ -1,0 +1,124 @@
+"""Temperature-1 entropy from the forward pass TRL already runs (Sec. 4.2, Eq. 6-7), no second model forward.
+
+TRL scores completions with a fused LM head (`trl.trainer.utils.add_fused_lm_head`): the backbone's hidden
+states go through `ChunkedLogProbFunction`, which divides the logits by the sampling `temperature` before
+its softmax, so its entropies are those of the *tempered* distribution. The paper's H is the entropy of the
+model's own next-token distribution (Sec. 4.2), and the authors' code computes it from untempered logits.
+
+`untempered_entropy(...)` is a context manager that, for the calls made inside it, wraps that kernel: the
+tempered call runs as TRL's (log-probs, and so importance ratios, unchanged), and a second pass of the *LM
+head only* over the same hidden states, at temperature 1, replaces the entropy output. That pass is
+detached (no gradient, nothing saved for backward) unless the entropy must carry a gradient
+(`entropy_term="differentiable"`). The tempered entropies are kept on the side (`Capture.sampling`) for
+TRL's own `entropy` metric, which keeps TRL's meaning (entropy of the sampling distribution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import trl.trainer.utils as trl_utils
+
+# The module global TRL's fused forward looks up at call time (trl/trainer/utils.py, `_fused_forward`).
+KERNEL_NAME = "_ChunkedLogProbFunction"
+
+
+@dataclass
+class Capture:
+    """What the wrapped kernel saw: the tempered entropy of each call, as TRL's kernel returned it."""
+
+    sampling: list[torch.Tensor] = field(default_factory=list)
+
+
+class _Kernel:
+    """Stands in for `ChunkedLogProbFunction` (same `apply` signature); entropy output at temperature 1."""
+
+    def __init__(self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None):
+        self.kernel, self.capture, self.differentiable = kernel, capture, differentiable
+        self.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
+
+    def apply(
+        self,
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        chunk_size,
+        softcap=None,
+        logit_scale=1.0,
+        outputs=("log_probs", "entropy"),
+    ):
+        result = self.kernel.apply(
+            hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs
+        )
+        if result[1] is None:  # entropy not requested: nothing to replace
+            return result
+        self.capture.sampling.append(result[1].detach())
+        # Same hidden states, weights, soft-capping and logit scale as TRL's call: only 1/T differs.
+        grad = self.differentiable and torch.is_grad_enabled()
+        with torch.set_grad_enabled(grad):
+            source = hidden if grad else hidden.detach()
+            # Where TRL scores every position (devices without Triton), score only those with a label:
+            # the prompt's positions would be thrown away (their entropy is zeroed by TRL anyway).
+            keep = self.scored if self.scored is not None and self.scored.numel() == hidden.shape[0] else None
+            if keep is not None:
+                keep = keep.to(hidden.device)
+                source, targets = source[keep], targets[keep]
+            untempered = self.kernel.apply(
+                source, weight, bias, targets, 1.0, chunk_size, softcap, logit_scale, ("log_probs", "entropy")
+            )[1]  # (n,)
+            if keep is not None:
+                untempered = untempered.new_zeros(keep.shape).masked_scatter(keep, untempered)  # (N,)
+        return (result[0], untempered, *result[2:])
+
+
+@contextlib.contextmanager
+def untempered_entropy(enabled: bool = True, differentiable: bool = False, scored: torch.Tensor | None = None):
+    """Within the block, TRL's fused LM head returns temperature-1 entropies (log-probs stay tempered).
+
+    Yields a `Capture` whose `sampling` list receives the tempered entropy of each kernel call. With
+    ``enabled=False`` nothing is patched (TRL's entropies, those of the sampling distribution).
+    ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the extra
+    pass skips the others where TRL's kernel runs over every position.
+    """
+    capture = Capture()
+    if not enabled:
+        yield capture
+        return
+    original = getattr(trl_utils, KERNEL_NAME)
+    setattr(trl_utils, KERNEL_NAME, _Kernel(original, capture, differentiable, scored))
+    try:
+        yield capture
+    finally:
+        setattr(trl_utils, KERNEL_NAME, original)
+
+
+def scored_positions(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """(B, L-1) bool: the shifted positions TRL's fused forward scores (label != -100)."""
+    scored = attention_mask[:, 1:].bool().clone()  # (B, L-1) label != -100 after the shift
+    scored[:, : attention_mask.shape[1] - 1 - logits_to_keep] = False  # prompt labels are -100
+    return scored
+
+
+def completion_layout(flat: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """Scatter one fused-head call's per-token output back to (B, logits_to_keep), zero where not scored.
+
+    TRL's fused forward scores the shifted positions whose label is not -100 (the completion tokens with
+    attention 1), either compacted (Triton devices: only those positions) or for every position of
+    ``(B, L - 1)`` (elsewhere); this undoes either layout exactly as TRL does for its own outputs.
+    """
+    batch, length = attention_mask.shape
+    scored = scored_positions(attention_mask, logits_to_keep)  # (B, L-1)
+    if flat.numel() == scored.numel():
+        full = flat.reshape(batch, length - 1).masked_fill(~scored, 0)  # (B, L-1)
+    elif flat.numel() == int(scored.sum()):
+        full = flat.new_zeros(scored.shape).masked_scatter(scored, flat)  # (B, L-1)
+    else:
+        raise ValueError(
+            f"fused LM head returned {flat.numel()} per-token values for a ({batch}, {length}) batch with "
+            f"{int(scored.sum())} scored positions; the TRL version is not the one GTPO was written for (1.16)"
+        )
+    return full[:, -logits_to_keep:]  # (B, K)
