@@ -44,3 +44,15 @@ def test_smollm2_loads_as_a_model_trainer_accepts(tmp_path):
     model = load_model_and_tokenizer("smollm2")[0]
     assert all(p.dtype == torch.float32 for p in model.parameters())
     Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
+
+
+def test_cpu_bf16_units_are_read_from_the_cpu_flags():
+    """bf16 on a CPU without bf16 units is emulated (~10x slower than float32): `gtpo train` warns then."""
+    from gtpo.models import cpu_computes_bf16
+
+    epyc_avx2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n"  # the project's CI and dev CPU
+    sapphire_rapids = "processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    graviton3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+    assert cpu_computes_bf16(epyc_avx2) is False
+    assert cpu_computes_bf16(sapphire_rapids) is True and cpu_computes_bf16(graviton3) is True
+    assert cpu_computes_bf16("") is None

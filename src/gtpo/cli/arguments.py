@@ -53,6 +53,14 @@ class TaskArguments:
         default=None,
         metadata={"help": "Load the task from this source instead of its default (e.g. a local JSONL file)."},
     )
+    column_map: str | None = field(
+        default=None,
+        metadata={
+            "help": "For a --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
+            "question=problem,answer=solution (fields: question, answer, solution, id, level, subject; in a "
+            "recipe also a mapping)."
+        },
+    )
     few_shot: int | None = field(
         default=None,
         metadata={

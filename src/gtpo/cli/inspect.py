@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="task of gtpo.tasks.load_task (default synthetic)")
     p.add_argument("--split", default="train")
     p.add_argument("--source", help="load the task from this source (e.g. a local JSONL file)")
+    p.add_argument(
+        "--column_map",
+        "--column-map",
+        default=None,
+        help="for a --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
+        "question=problem,answer=solution",
+    )
     p.add_argument("--index", type=int, default=0, help="row of the task to take the prompt from (default 0)")
     p.add_argument("--prompt", help="a question of your own instead of --index (give --answer for accuracy)")
     p.add_argument("--answer", help="gold answer for --prompt")
@@ -175,11 +182,14 @@ def _prompt_and_answer(args, s: dict, group: dict | None):
     if group is not None:
         return group["prompt"], group.get("answer")
     from gtpo.tasks import build_prompt, load_task
+    from gtpo.tasks.sources import parse_column_map
 
     if args.prompt:
         few_shot = s["few_shot"] if s["few_shot"] is not None else (1 if s["task"] == "synthetic" else 0)
         return build_prompt(args.prompt, few_shot=few_shot), args.answer
-    dataset = load_task(s["task"], args.split, source=args.source, few_shot=s["few_shot"])
+    dataset = load_task(
+        s["task"], args.split, source=args.source, few_shot=s["few_shot"], column_map=parse_column_map(args.column_map)
+    )
     if not 0 <= args.index < len(dataset):
         raise ValueError(
             f"--index {args.index} is out of range: {s['task']}/{args.split} has rows 0..{len(dataset) - 1}"

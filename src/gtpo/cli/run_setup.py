@@ -33,11 +33,13 @@ def load_dataset_for(script_args, seed: int = 0):
     """The task's rows with the paper's prompt (`gtpo.tasks.load_task`, which names the valid tasks when
     the name is wrong); run before any model is loaded."""
     from gtpo.tasks import load_task
+    from gtpo.tasks.sources import parse_column_map
 
     return load_task(
         script_args.task,
         script_args.split,
         source=script_args.source,
+        column_map=parse_column_map(script_args.column_map),
         few_shot=script_args.few_shot,
         num_examples=script_args.num_examples,
         seed=seed,

