@@ -5,7 +5,7 @@
 #
 #   scripts/run_trl_grpo_tests.sh [--repo TRL_GIT_DIR] [--ref REF] [pytest args...]
 #
-# TRL_GIT_DIR: a clone or bare mirror of huggingface/trl (default: /work/.mirror/huggingface+trl/repo);
+# TRL_GIT_DIR: a clone or bare mirror of huggingface/trl (default: $TRL_GIT_DIR, else --repo DIR);
 # REF: the tag or commit whose tests to run (default v1.16.0, the pinned TRL).
 # Prints the counts passed / refused / offline / failed / skipped and writes trl_compat_summary.json here.
 # GTPO_TRL_COMPAT_BASELINE=1 runs the same tests, offline set-up included, against TRL's own GRPOTrainer
@@ -13,7 +13,7 @@
 # (a test file of another TRL version, a model not built here), not because of GTPO.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-repo="/work/.mirror/huggingface+trl/repo"
+repo="${TRL_GIT_DIR:-}"
 ref="v1.16.0"
 while [[ $# -gt 0 ]]; do
   case "$1" in
