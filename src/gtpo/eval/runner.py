@@ -2,8 +2,8 @@
 
 One run folder per (model, task):
 
-- ``run.json``: the settings that define the samples (model, task, split, source, n, seed, sampling,
-  system prompt). A second run into the same folder must use the same ones, or it stops with an error:
+- ``run.json``: the settings that define the samples (:data:`RUN_KEYS`). A second run into the same folder
+  must use the same ones, or it stops with an error:
   samples drawn under different settings are never mixed.
 - ``samples.jsonl``: one record per completion, appended batch by batch with flush + fsync, so an
   interrupted run loses at most the batch in flight; a re-run skips every (problem_id, sample_index)
@@ -45,18 +45,8 @@ RESULTS_FILE = "results.json"
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
-RUN_KEYS = (
-    "model",
-    "task",
-    "split",
-    "source",
-    "few_shot",
-    "num_samples",
-    "seed",
-    "sampling",
-    "system_prompt",
-    "column_map",
-)
+RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt",
+            "column_map")  # fmt: skip
 
 
 @dataclass
