@@ -33,21 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gtpo.runs.folder import latest_checkpoint, run_status
-from gtpo.runs.metrics_log import prepare_for_resume, read_metrics
+from gtpo.runs.metrics_log import prepare_for_resume
 
 logger = logging.getLogger(__name__)
 
 SPEC_FILE = "compare.json"
 LOCK_FILE = "compare.lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def last_logged_step(run_dir: Path) -> int:
-    """The largest ``step`` in run_dir/metrics.jsonl (0 when there is none)."""
-    try:
-        return max((int(row.get("step", 0)) for row in read_metrics(run_dir)), default=0)
-    except FileNotFoundError:
-        return 0
 
 
 @dataclass

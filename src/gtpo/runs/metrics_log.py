@@ -113,7 +113,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         path = path / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: give a run folder written by `gtpo train`")
-    return read_jsonl(path, _metrics_row_problem, what="JSON line")
+    return read_jsonl(path, _metrics_row_problem)
 
 
 def _metrics_row_problem(row) -> str | None:
