@@ -246,7 +246,7 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     fake.write_text(
         "import json, pathlib, sys\n"
         "args = sys.argv[1:]\n"
-        "out = pathlib.Path(args[args.index('--output-dir') + 1]) / args[args.index('--task') + 1]\n"
+        "out = pathlib.Path(args[args.index('--output_dir') + 1]) / args[args.index('--task') + 1]\n"
         "out.mkdir(parents=True)\n"
         "(out / 'results.json').write_text(json.dumps({'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}}))\n"
         "(out / 'argv.json').write_text(json.dumps(args))\n"
@@ -256,7 +256,7 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     argvs = sorted(out.glob("runs/*/seed*/eval/synthetic/argv.json"))
     assert len(argvs) == 6  # the unfinished A/seed3 is not evaluated
     argv = json.loads(argvs[0].read_text())
-    assert argv[0] == "eval" and argv[argv.index("--max-new-tokens") + 1] == "96"
+    assert argv[0] == "eval" and argv[argv.index("--max_new_tokens") + 1] == "96"
     assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv[argv.index("-n") + 1] == "4"
     before = [p.stat().st_mtime_ns for p in argvs]
     compare.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)  # results exist: skipped
@@ -274,7 +274,7 @@ def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_comple
         "import json, pathlib, sys\n"
         "args = sys.argv[1:]\n"
         "log = pathlib.Path(sys.argv[0]).with_name('calls.log')\n"
-        "out = pathlib.Path(args[args.index('--output_dir' if args[0] == 'train' else '--output-dir') + 1])\n"
+        "out = pathlib.Path(args[args.index('--output_dir') + 1])\n"
         "with log.open('a') as f: f.write(args[0] + ' ' + str(out) + '\\n')\n"
         "if args[0] == 'train':\n"
         "    out.mkdir(parents=True, exist_ok=True); (out / 'model').mkdir()\n"
@@ -313,8 +313,8 @@ def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_comple
         b,
     ]
     argv = json.loads((Path(a) / "eval" / "synthetic" / "results.json").read_text())["argv"]
-    assert argv[argv.index("--batch-size") + 1] == "64" and argv[argv.index("-n") + 1] == "8"
-    assert argv[argv.index("--limit") + 1] == "100" and argv[argv.index("--max-new-tokens") + 1] == "8"
+    assert argv[argv.index("--batch_size") + 1] == "64" and argv[argv.index("-n") + 1] == "8"
+    assert argv[argv.index("--limit") + 1] == "100" and argv[argv.index("--max_new_tokens") + 1] == "8"
     assert argv[argv.index("--dtype") + 1] == "float32"  # the study's eval dtype wins over the run's
     # Continuing: nothing to train or evaluate, so neither runs nor the hook is called again.
     assert compare.run_all(spec, out, [sys.executable, str(fake)], after_run=hook) == []

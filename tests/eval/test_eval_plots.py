@@ -1,6 +1,5 @@
 """pass@k / maj@k figures from results files alone, and the eval command line."""
 
-import argparse
 import json
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 
 from gtpo import cli
 from gtpo.cli import eval as eval_cli
+from gtpo.errors import UsageError
 from gtpo.eval.backends import Completion
 from gtpo.eval.plots import plot_results
 
@@ -60,31 +60,50 @@ def test_bad_plot_inputs_name_what_is_valid(tmp_path):
         plot_results([tmp_path / "other.json"], tmp_path / "f.png")
 
 
-def test_help_documents_every_eval_flag():
-    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    eval_cli.add_eval_arguments(parser)
-    text = parser.format_help()
+def test_help_documents_every_eval_flag_in_both_spellings():
+    """Every flag of `gtpo eval` is in --help, snake_case (TRL's style) with its hyphenated alias, and both
+    spellings parse to the same value; defaults are the paper's evaluation settings."""
+    text = eval_cli.eval_parser().parser.format_help()
     for flag in (
-        "--model",
-        "--task",
-        "--split",
-        "--source",
-        "--few-shot",
-        "--limit",
-        "--num-samples",
-        "--temperature",
-        "--top-p",
-        "--top-k",
-        "--max-new-tokens",
-        "--seed",
-        "--output-dir",
-        "--backend",
-        "--batch-size",
-        "--dtype",
+        "model",
+        "task",
+        "split",
+        "source",
+        "few_shot",
+        "limit",
+        "num_samples",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_new_tokens",
+        "seed",
+        "output_dir",
+        "backend",
+        "batch_size",
+        "dtype",
+        "column_map",
     ):
-        assert flag in text, flag
-    args = parser.parse_args(["--model", "tiny"])
-    assert (args.temperature, args.top_p, args.num_samples, args.backend) == (1.0, 1.0, 32, "auto")
+        assert f"--{flag}" in text, flag
+        if "_" in flag:
+            assert f"--{flag.replace('_', '-')}" in text, flag
+    args = eval_cli.parse_eval_args(["--model", "tiny"])
+    assert (args.temperature, args.top_p, args.num_samples, args.backend, args.progress) == (1.0, 1.0, 32, "auto", True)
+    flags = ["--max_new_tokens", "7", "--output_dir", "o", "--no_progress"]
+    snake = eval_cli.parse_eval_args(["--model", "tiny", *flags])
+    hyphen = eval_cli.parse_eval_args(["--model", "tiny", *[f.replace("_", "-") for f in flags]])
+    assert snake == hyphen and (snake.max_new_tokens, snake.output_dir, snake.progress) == (7, "o", False)
+
+
+def test_eval_config_file_gives_defaults_that_flags_override(tmp_path):
+    """`gtpo eval --config FILE.yaml`: the file's keys are the flags' names; a flag typed after it wins, and a
+    misspelt key is refused naming the right one."""
+    config = tmp_path / "eval.yaml"
+    config.write_text("model: tiny\ntask: [synthetic, gsm8k]\nnum_samples: 4\nmax_new_tokens: 64\n")
+    args = eval_cli.parse_eval_args(["--config", str(config), "--num_samples", "8"])
+    assert (args.model, args.task, args.num_samples, args.max_new_tokens) == ("tiny", ["synthetic", "gsm8k"], 8, 64)
+    config.write_text("model: tiny\nnum_sample: 4\n")
+    with pytest.raises(UsageError, match="did you mean 'num_samples'"):
+        eval_cli.parse_eval_args(["--config", str(config)])
 
 
 class RightAnswers:

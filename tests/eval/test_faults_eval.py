@@ -243,13 +243,13 @@ def _bad_inputs(tmp: Path, source: str):
         (
             "output dir is a file",
             ["eval", *run, "--source", source, "--output-dir", a_file],
-            ["--output-dir", "a_file is a file"],
+            ["--output_dir", "a_file is a file"],
             None,
         ),
         (
             "output dir cannot be created",
             ["eval", *run, "--source", source, "--output-dir", "/proc/gtpo-no"],
-            ["--output-dir", "cannot create /proc/gtpo-no"],
+            ["--output_dir", "cannot create /proc/gtpo-no"],
             None,
         ),
         (

@@ -101,27 +101,67 @@ class TrainScriptArguments(TaskArguments):
 
 
 class RecipeParser:
-    """A TrlParser whose errors are exceptions (no 300-flag usage dump) and whose recipe keys are checked."""
+    """Every verb's parser: transformers' HfArgumentParser (through TRL's TrlParser) over the verb's dataclasses.
 
-    def __init__(self, dataclass_types, prog: str, description: str):
+    snake_case flags, each also spelled with hyphens (``--output_dir`` or ``--output-dir``); ``--config FILE.yaml``
+    gives any flag's value from a flat YAML mapping (flags typed after it win); errors are one line (a
+    :class:`UsageError`, no 300-flag usage dump) and an unknown key or flag names its nearest valid spellings.
+
+    Args:
+        dataclass_types: the verb's argument dataclasses, in the order :meth:`parse` returns them.
+        prog: the command, e.g. ``"gtpo eval"``; in messages.
+        description, usage, epilog: for ``--help``.
+        positional: ``(name, metavar, help)`` of a positional list argument (``gtpo plot RUN_DIR ...``): its
+            values are given to the first dataclass's field ``name`` (also a flag and a config key), after the
+            flag's.
+        config_keys: turns the YAML mapping of ``--config`` into this parser's keys (``gtpo inspect`` reads
+            a training recipe); by default every key must be one of the parser's.
+    """
+
+    def __init__(
+        self,
+        dataclass_types,
+        prog: str,
+        description: str,
+        *,
+        usage: str | None = None,
+        epilog: str = "A recipe is a flat YAML mapping of these keys; flags given after it override its values.",
+        positional: tuple[str, str, str] | None = None,
+        config_keys=None,
+        raw_description: bool = False,
+    ):
+        import argparse
+
         from trl import TrlParser
 
         class Parser(TrlParser):
             def error(self, message):
                 raise UsageError(f"{prog}: {message} (see `{prog} --help`)")
 
+        class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+            pass
+
         self.prog = prog
+        self.positional = positional
+        self.config_keys = config_keys
         self.parser = Parser(
             dataclass_types,
             prog=prog,
-            usage=f"{prog} [--config RECIPE.yaml] [--KEY VALUE ...]",
+            usage=usage or f"{prog} [--config FILE.yaml] [--KEY VALUE ...]",
             description=description,
-            epilog="A recipe is a flat YAML mapping of these keys; flags given after it override its values.",
+            epilog=epilog,
             allow_abbrev=False,
+            formatter_class=Formatter if raw_description else argparse.ArgumentDefaultsHelpFormatter,
         )
         actions = self.parser._actions
-        self.dests = {a.dest for a in actions if a.dest != "help"}  # recipe keys
+        for action in actions:  # "(default: None)" says nothing: the help text tells what happens instead
+            if action.default in (None, []) and action.help and "%(default)" not in action.help:
+                action.help += NO_DEFAULT
+        self.dests = {a.dest for a in actions if a.dest != "help"}  # config keys
         self.flags = {flag for a in actions for flag in a.option_strings if flag.startswith("--")}
+        if positional is not None:
+            _, metavar, help_text = positional
+            self.parser.add_argument(_POSITIONAL, nargs="*", metavar=metavar, default=[], help=help_text + NO_DEFAULT)
 
     def parse(self, argv: list[str], defaults: dict | None = None):
         """Dataclasses from ``--config`` (or ``defaults`` when none is given) plus command-line overrides.
@@ -142,6 +182,8 @@ class RecipeParser:
         for key, value in env.items():  # TrlParser's `env:` block
             os.environ[key] = str(value)
         values = {k: v for k, v in recipe.items() if k != "env"}
+        if self.config_keys is not None:
+            values = self.config_keys(values)
         for key in values:
             if key not in self.dests:
                 raise UsageError(unknown_key_message(key, self.dests, "recipe", self.prog))
@@ -150,7 +192,20 @@ class RecipeParser:
             if flag.startswith("--") and flag not in self.flags:
                 raise UsageError(unknown_key_message(flag, self.flags, "command-line", self.prog))
         self.parser.set_defaults_with_config(**values)
-        return self.parser.parse_args_into_dataclasses(args=argv), recipe
+        outputs = self.parser.parse_args_into_dataclasses(args=argv)
+        if self.positional is not None:
+            *outputs, extra = outputs
+            first = outputs[0]
+            name = self.positional[0]
+            setattr(first, name, list(getattr(first, name) or []) + list(getattr(extra, _POSITIONAL)))
+            outputs = tuple(outputs)
+        return outputs, recipe
+
+
+_POSITIONAL = "positional_values"
+# Appended to the help of flags whose default is None and explained in words: it formats to nothing, and its
+# presence tells argparse.ArgumentDefaultsHelpFormatter not to add "(default: None)".
+NO_DEFAULT = "%(default).0s"
 
 
 def unknown_key_message(key: str, valid, where: str, prog: str) -> str:

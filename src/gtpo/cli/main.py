@@ -10,7 +10,6 @@ Errors in what the user typed (an unknown recipe key, task, reward or model, a b
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import importlib
 import logging
@@ -30,31 +29,7 @@ COMMAND_HELP = {
 }
 
 
-# ---------------------------------------------------------------------------------------------- plot / eval
-
-
-def _eval_command(kind: str):
-    """`gtpo eval` or `gtpo eval-plot`: an argparse parser from gtpo.cli.eval, then its run function."""
-
-    def run(argv: list[str]) -> int:
-        from gtpo.cli import eval as eval_cli
-
-        description, add_arguments, run_from_args = {
-            "eval": (eval_cli.EVAL_DESCRIPTION, eval_cli.add_eval_arguments, eval_cli.run_eval_from_args),
-            "eval-plot": (
-                eval_cli.PLOT_DESCRIPTION,
-                eval_cli.add_eval_plot_arguments,
-                eval_cli.run_eval_plot_from_args,
-            ),
-        }[kind]
-        parser = argparse.ArgumentParser(
-            prog=f"gtpo {kind}", description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-        )
-        add_arguments(parser)
-        run_from_args(parser.parse_args(argv))
-        return 0
-
-    return run
+# ---------------------------------------------------------------------------------------------- commands
 
 
 def _lazy_command(module: str, function: str):
@@ -66,11 +41,32 @@ def _lazy_command(module: str, function: str):
     return run
 
 
+# What each command's arguments parse into, without running anything (`parse_command`).
+PARSERS = {
+    "train": ("gtpo.cli.train", "parse_train_args"),
+    "sft": ("gtpo.cli.sft", "parse_sft_args"),
+    "eval": ("gtpo.cli.eval", "parse_eval_args"),
+    "eval-plot": ("gtpo.cli.eval", "parse_eval_plot_args"),
+    "plot": ("gtpo.cli.plot", "parse_plot_args"),
+    "compare": ("gtpo.cli.compare", "parse_compare_args"),
+    "inspect": ("gtpo.cli.inspect", "parse_inspect_args"),
+}
+
+
+def parse_command(argv: list[str]):
+    """A ``gtpo`` command line (without the leading ``gtpo``), parsed as its command would and not run: the
+    command's argument dataclasses. Raises :class:`UsageError` for what the command would refuse."""
+    if not argv or argv[0] not in PARSERS:
+        raise UsageError(f"gtpo: unknown command {argv[:1]}; choose one of {list(PARSERS)}")
+    module, function = PARSERS[argv[0]]
+    return getattr(importlib.import_module(module), function)(list(argv[1:]))
+
+
 COMMANDS = {
     "train": _lazy_command("gtpo.cli.train", "run_train"),
     "sft": _lazy_command("gtpo.cli.sft", "run_sft"),
-    "eval": _eval_command("eval"),
-    "eval-plot": _eval_command("eval-plot"),
+    "eval": _lazy_command("gtpo.cli.eval", "run_eval"),
+    "eval-plot": _lazy_command("gtpo.cli.eval", "run_eval_plot"),
     "plot": _lazy_command("gtpo.cli.plot", "run_plot"),
     "compare": _lazy_command("gtpo.cli.compare", "run_compare"),
     "inspect": _lazy_command("gtpo.cli.inspect", "run_inspect"),

@@ -7,11 +7,15 @@ from gtpo.cli.run_setup import load_dataset_for, open_run_dir, plan_run_dir
 from gtpo.trainer.policy import check_model_name
 
 
+def parse_sft_args(argv: list[str]):
+    """`gtpo sft`'s command line as ((TaskArguments, SFTConfig, ModelConfig), recipe); nothing is run."""
+    return sft_parser().parse(argv)
+
+
 def run_sft(argv: list[str]) -> int:
     from gtpo.trainer.sft import sft_dataset, train_sft
 
-    parser = sft_parser()
-    (script_args, training_args, model_args), recipe = parser.parse(argv)
+    (script_args, training_args, model_args), recipe = parse_sft_args(argv)
     run_dir = plan_run_dir(training_args, script_args, argv)
     check_model_name(model_args, "gtpo sft")
     dataset = sft_dataset(load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed))

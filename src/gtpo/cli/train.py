@@ -9,15 +9,18 @@ from gtpo.trainer import policy
 from gtpo.trainer.policy import check_model_name
 
 
+def parse_train_args(argv: list[str]):
+    """`gtpo train`'s command line as ((TrainScriptArguments, GTPOConfig, ModelConfig), recipe); nothing is run.
+    Without --config the recipe is the offline default run's."""
+    return train_parser().parse(argv, defaults=None if "--config" in argv else DEFAULT_TRAIN_RECIPE)
+
+
 def run_train(argv: list[str]) -> int:
     from gtpo.tasks import get_reward_funcs
     from gtpo.trainer.callbacks import CollapseWarningCallback
     from gtpo.trainer.trainer import GTPOTrainer
 
-    parser = train_parser()
-    (script_args, training_args, model_args), recipe = parser.parse(
-        argv, defaults=None if "--config" in argv else DEFAULT_TRAIN_RECIPE
-    )
+    (script_args, training_args, model_args), recipe = parse_train_args(argv)
     # Everything the user can get wrong is checked before the run folder is made and the model loaded.
     run_dir = plan_run_dir(training_args, script_args, argv)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)

@@ -7,14 +7,14 @@ Every (arm, seed) is an ordinary ``gtpo train`` run in its own run folder::
     OUT/summary.md, summary.json  per-arm means with 95% intervals, paired differences, stability
     OUT/figures/                  curves per arm (mean over seeds, 95% band), stability per run
 
-A rerun of the same command (or ``gtpo compare --output-dir OUT`` alone, which reads compare.json) skips
+A rerun of the same command (or ``gtpo compare --output_dir OUT`` alone, which reads compare.json) skips
 finished runs, resumes interrupted ones from their newest complete checkpoint, and starts the others afresh,
-so a study stopped at any point continues where it was. Runs are checkpointed every ``--save-steps``.
+so a study stopped at any point continues where it was. Runs are checkpointed every ``--save_steps``.
 
 Runs go one after the other through ``--launcher`` (default: this Python, ``-m gtpo.cli``). On many GPUs,
 either give a multi-GPU launcher (``--launcher "accelerate launch --num_processes 8 -m gtpo.cli"``) or
-``--dry-run`` to print one ``gtpo train`` command per missing run and run them wherever you like (one per GPU
-or per node, with ``CUDA_VISIBLE_DEVICES``); then ``gtpo compare --output-dir OUT --aggregate-only``.
+``--dry_run`` to print one ``gtpo train`` command per missing run and run them wherever you like (one per GPU
+or per node, with ``CUDA_VISIBLE_DEVICES``); then ``gtpo compare --output_dir OUT --aggregate_only``.
 
 The aggregation (summary, figures) is :mod:`gtpo.compare.report`; the statistics are :mod:`gtpo.compare.stats`.
 """
@@ -181,7 +181,7 @@ def plan(spec: Spec, out: Path) -> list[tuple[Arm, int, str, Path | None]]:
 
 
 def missing_commands(spec: Spec, out: Path, launcher: list[str]) -> list[list[str]]:
-    """The `gtpo train` command of every run not finished yet (what ``--dry-run`` prints)."""
+    """The `gtpo train` command of every run not finished yet (what ``--dry_run`` prints)."""
     return [
         train_command(spec, arm, seed, out, launcher, checkpoint)
         for arm, seed, action, checkpoint in plan(spec, out)
@@ -190,13 +190,13 @@ def missing_commands(spec: Spec, out: Path, launcher: list[str]) -> list[list[st
 
 
 def _after_run(hook: str | None, folder: Path) -> None:
-    """Run the user's ``--after-run`` shell command for a run that just finished (and was evaluated), with
+    """Run the user's ``--after_run`` shell command for a run that just finished (and was evaluated), with
     GTPO_RUN_DIR set to its folder; a failing hook is reported, never fatal (the study goes on)."""
     if not hook:
         return
     result = subprocess.run(hook, shell=True, env={**os.environ, "GTPO_RUN_DIR": str(folder)})
     if result.returncode != 0:
-        logger.error("--after-run exited with %d for %s", result.returncode, folder)
+        logger.error("--after_run exited with %d for %s", result.returncode, folder)
 
 
 def run_all(spec: Spec, out: Path, launcher: list[str], after_run: str | None = None) -> list[str]:
@@ -245,13 +245,13 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
         old = Spec.from_json(json.loads(path.read_text()))
         if (old.arms, old.common, old.save_steps) != (spec.arms, spec.common, spec.save_steps):
             raise ValueError(
-                f"{path} describes a different study (arms or flags differ); use another --output-dir, "
-                "or rerun with the same arms and flags (`gtpo compare --output-dir OUT` reuses them)"
+                f"{path} describes a different study (arms or flags differ); use another --output_dir, "
+                "or rerun with the same arms and flags (`gtpo compare --output_dir OUT` reuses them)"
             )
         if old.eval is not None and spec.eval is not None and old.eval != spec.eval:
             raise ValueError(
                 f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
-                "study's settings, or use another --output-dir"
+                "study's settings, or use another --output_dir"
             )
         spec.eval = spec.eval if spec.eval is not None else old.eval  # a study's evaluation, once set, stays
         spec.seeds = old.seeds + [s for s in spec.seeds if s not in old.seeds]  # more seeds may be added
@@ -336,13 +336,13 @@ def evaluate_run(
         str(n),
         "--limit",
         str(limit),
-        "--max-new-tokens",
+        "--max_new_tokens",
         str(tokens),
-        "--batch-size",
+        "--batch_size",
         str(batch_size),
-        "--output-dir",
+        "--output_dir",
         str(folder / "eval"),
-        "--no-progress",
+        "--no_progress",
     ]
     if dtype and dtype != "auto":
         command += ["--dtype", str(dtype)]

@@ -47,10 +47,10 @@ def check_output_dir(run_dir: Path) -> None:
     for parent in (run_dir, *run_dir.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise ValueError(f"--output-dir: {parent} is a file, not a folder; choose another --output-dir")
+                raise ValueError(f"--output_dir: {parent} is a file, not a folder; choose another --output_dir")
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise ValueError(
-                    f"--output-dir: cannot write in {parent} (permission denied); choose another --output-dir"
+                    f"--output_dir: cannot write in {parent} (permission denied); choose another --output_dir"
                 )
             return
 
@@ -67,7 +67,7 @@ def removed_if_never_started(run_dir: Path, samples_file: str):
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(
-            f"--output-dir: cannot create {run_dir} ({err.strerror or err}); choose another --output-dir"
+            f"--output_dir: cannot create {run_dir} ({err.strerror or err}); choose another --output_dir"
         ) from None
     try:
         yield

@@ -39,7 +39,7 @@ def read_records(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     if path.is_dir():
-        raise ValueError(f"{path} is a directory, not a records file; use another --output-dir")
+        raise ValueError(f"{path} is a directory, not a records file; use another --output_dir")
     return read_jsonl(path, record_problem, what="JSON record", repair=True)
 
 

@@ -84,7 +84,7 @@ class EvalConfig:
         if self.num_samples < 1:
             raise ValueError(f"num_samples (-n) must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size (--batch-size) must be >= 1, got {self.batch_size}")
+            raise ValueError(f"batch_size (--batch_size) must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit (--limit) must be >= 1 (or None for all problems), got {self.limit}")
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -206,10 +206,10 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(
             f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
-            "restore it, or use another --output-dir"
+            "restore it, or use another --output_dir"
         ) from None
     if not isinstance(recorded, dict):
-        raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output-dir")
+        raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output_dir")
     # Run folders written before few_shot was resolved recorded None for "the task's default".
     recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
     diffs = [
@@ -220,7 +220,7 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     if diffs:
         raise ValueError(
             f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
-            f"ones. Use another --output-dir, or the recorded settings. Differences: " + "; ".join(diffs)
+            f"ones. Use another --output_dir, or the recorded settings. Differences: " + "; ".join(diffs)
         )
 
 
@@ -246,7 +246,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     from gtpo.eval.checks import check_model, check_output_dir, removed_if_never_started
 
     run_dir = Path(config.output_dir)
-    check_output_dir(run_dir)  # before loading anything: a bad --output-dir fails at once
+    check_output_dir(run_dir)  # before loading anything: a bad --output_dir fails at once
     if backend is None or isinstance(backend, LazyBackend):
         check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
     backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
@@ -338,7 +338,7 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
     if mismatches:
         logger.warning(
             "%d recorded samples came out differently when their batch was regenerated (another "
-            "machine, backend, dtype or --batch-size?); the recorded ones are kept",
+            "machine, backend, dtype or --batch_size?); the recorded ones are kept",
             mismatches,
         )
 

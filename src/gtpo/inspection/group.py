@@ -24,6 +24,9 @@ SCALE_REWARDS = ("group", "batch", "none")
 RECIPE_KEYS = {
     "model_name_or_path": "model",
     "task": "task",
+    "split": "split",
+    "source": "source",
+    "column_map": "column_map",
     "few_shot": "few_shot",
     "num_generations": "num_generations",
     "temperature": "temperature",
@@ -43,6 +46,9 @@ RECIPE_KEYS = {
 DEFAULTS = dict(
     model="smollm2",
     task="synthetic",
+    split="train",
+    source=None,
+    column_map=None,
     few_shot=None,
     num_generations=8,
     temperature=1.0,

@@ -115,7 +115,7 @@ def terminal_text(record: dict, combine: str = "union", color: bool = False) -> 
         source = (
             ""
             if record.get("initial_entropy_given")
-            else ": this group's mean ⟨H⟩, a stand-in (give --initial-entropy)"
+            else ": this group's mean ⟨H⟩, a stand-in (give --initial_entropy)"
         )
         lines.append(
             f"⟨H⟩_ini = {record['initial_entropy']:.3f} nats{source}; "
