@@ -134,7 +134,7 @@ def test_no_arguments_runs_the_offline_default_recipe():
         [], arguments.DEFAULT_TRAIN_RECIPE
     )
     assert recipe == arguments.DEFAULT_TRAIN_RECIPE
-    assert model_args.model_name_or_path == "smollm2" and model_args.dtype == "bfloat16"
+    assert model_args.model_name_or_path == "smollm2" and model_args.dtype == "auto"
     assert (model_args.use_peft, model_args.lora_r) == (True, 16)
     assert script_args.task == "synthetic" and script_args.few_shot == 1
     assert script_args.reward_funcs == ["format", "accuracy"]

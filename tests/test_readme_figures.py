@@ -1,0 +1,38 @@
+"""The README's figures of the offline default run are the committed raw data's (issue 20): every table and
+number scripts/readme_figures.py computes from studies/smollm2-synthetic-lr2e-4's seed-0 runs (metrics.jsonl,
+eval/synthetic/results.json) is in the README verbatim. A rerun that changes the files, or an edit of the
+README's numbers, fails here instead of going stale."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _figures_module():
+    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "scripts" / "readme_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FIGURES = _figures_module()
+
+
+@pytest.mark.parametrize("block", FIGURES.blocks(), ids=["training", "initial_entropy", "held_out"])
+def test_readme_holds_the_figure_computed_from_the_committed_runs(block):
+    assert block in (ROOT / "README.md").read_text(), f"README.md lacks:\n{block}"
+
+
+def test_the_figures_are_the_metrics_files_own_numbers():
+    """Independent of the script: the first and last 10 logged rewards of GTPO's seed 0, by hand."""
+    lines = (ROOT / FIGURES.RUNS["GTPO"] / "metrics.jsonl").read_text().splitlines()
+    rewards = [row["reward"] for row in map(json.loads, lines) if "reward" in row]
+    assert len(rewards) == 40
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert f"{first:.2f} → {last:.2f}" in FIGURES.training_table()
