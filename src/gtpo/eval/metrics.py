@@ -111,12 +111,19 @@ def _default_equivalent() -> Equivalent:
     return is_equivalent
 
 
+def _default_prefilter() -> Equivalent:
+    from gtpo.grading.fingerprint import AnswerFingerprints
+
+    return AnswerFingerprints()
+
+
 def group_answers(
     answers: Sequence[str | None],
     gold: str | None = None,
     equivalent: Equivalent | None = None,
     *,
     correct: Sequence[bool] | None = None,
+    prefilter: Equivalent | None | str = "auto",
 ) -> AnswerClasses:
     """Group extracted answers into answer classes for voting; see the module docstring for the rule.
 
@@ -125,9 +132,13 @@ def group_answers(
     ``equivalent(prediction, reference) -> bool`` defaults to ``gtpo.grading.is_equivalent``.
     ``correct``: per-sample verdicts already computed (e.g. the ``correct`` field of eval records), used
     instead of comparing with ``gold``, so that maj@k and pass@k rest on the same verdicts.
-    Cost: one gold comparison per distinct answer, and O(w²) comparisons for w distinct wrong answers;
-    with the default grader at most one comparison per distinct answer can hit the 1 s time-out (an answer
-    that timed out is never parsed again), so n answers cost at most n time-outs.
+    ``prefilter(prediction, reference) -> bool``: a necessary condition for ``equivalent``, checked first, so
+    that ``equivalent`` runs only on pairs that can match; the classes are the same as without it. "auto":
+    the grader's answer fingerprints (:class:`gtpo.grading.fingerprint.AnswerFingerprints`) with the default
+    ``equivalent`` (``is_equivalent``), none with another.
+    Cost: one gold comparison per distinct answer; for w distinct wrong answers, w fingerprints and a comparison
+    only where fingerprints allow (pairwise, O(w²), without a prefilter). With the default grader at most one
+    comparison per distinct answer can hit the 1 s time-out (an answer that timed out is never parsed again).
 
     >>> same = lambda a, b: a.strip("0.") == b.strip("0.")
     >>> group_answers(["5", "7", "5.0", None, "7"], "5", same).counts
@@ -137,7 +148,10 @@ def group_answers(
         raise ValueError(f"got {len(correct)} correct flags for {len(answers)} answers")
     if correct is None and gold is None:
         raise ValueError("group_answers needs the gold answer or the per-sample correct flags")
-    equivalent = equivalent or _default_equivalent()
+    default = _default_equivalent()
+    if prefilter == "auto":
+        prefilter = _default_prefilter() if equivalent in (None, default) else None
+    equivalent = equivalent or default
     representatives: list[str] = []
     class_correct: list[bool] = []
     class_of: dict[str, int] = {}
@@ -155,7 +169,13 @@ def group_answers(
                 match = correct_class
             else:  # wrong answers pool with wrong answers only: the grader need not be transitive
                 match = next(
-                    (i for i, rep in enumerate(representatives) if not class_correct[i] and equivalent(answer, rep)),
+                    (
+                        i
+                        for i, rep in enumerate(representatives)
+                        if not class_correct[i]
+                        and (prefilter is None or prefilter(answer, rep))
+                        and equivalent(answer, rep)
+                    ),
                     None,
                 )
             if match is None:

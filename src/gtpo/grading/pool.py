@@ -128,7 +128,8 @@ class _Worker:
 
 
 class VerdictPool:
-    """Worker processes that answer ``verify(prediction, gold)`` within a deadline, from any thread."""
+    """Worker processes that answer ``verify(prediction, gold)`` and ``fingerprint(answer)`` within a deadline, from
+    any thread."""
 
     def __init__(self, max_workers: int = MAX_WORKERS):
         self.pid = os.getpid()
@@ -201,6 +202,24 @@ class VerdictPool:
         The whole call, waiting for a free worker included, returns within `timeout` seconds: it stops
         waiting `KILL_MARGIN_S` early to leave room for the kill. None waits as long as it takes.
         """
+        answer = self._request([prediction, gold], timeout)
+        if answer in (TIMED_OUT, NO_WORKER):
+            return answer
+        if "error" in answer:  # a bug in math-verify/sympy on this input: wrong, as in-process before
+            logger.debug("grading worker error on %.80r vs %.80r: %s", prediction, gold, answer["error"])
+            return False
+        return bool(answer["verdict"])
+
+    def fingerprint(self, latex: str, timeout: float | None):
+        """:func:`gtpo.grading.symbolic.symbolic_fingerprint` of one answer (a dict), `TIMED_OUT` or
+        `NO_WORKER`; None when math-verify or sympy failed on it. Same deadline rule as :meth:`verify`."""
+        answer = self._request({"fingerprint": latex}, timeout)
+        if answer in (TIMED_OUT, NO_WORKER):
+            return answer
+        return answer.get("fingerprint")
+
+    def _request(self, payload, timeout: float | None):
+        """One request line to an idle worker and its reply (a dict), `TIMED_OUT` or `NO_WORKER`."""
         # Stop waiting a little early, so that the kill and the return fit inside `timeout` too.
         deadline = None if timeout is None else time.perf_counter() + max(timeout - KILL_MARGIN_S, timeout / 2)
         for attempt in range(2):
@@ -208,7 +227,7 @@ class VerdictPool:
             if worker is None:
                 return NO_WORKER
             try:
-                worker.sock.sendall(json.dumps([prediction, gold]).encode() + b"\n")
+                worker.sock.sendall(json.dumps(payload).encode() + b"\n")
                 reply = worker.read_line(deadline)
             except OSError:
                 # The worker died: killed from outside or out of memory while idle (try a fresh one once),
@@ -224,11 +243,7 @@ class VerdictPool:
                 return TIMED_OUT
             break
         self._release(worker)
-        answer = json.loads(reply)
-        if "error" in answer:  # a bug in math-verify/sympy on this input: wrong, as in-process before
-            logger.debug("grading worker error on %.80r vs %.80r: %s", prediction, gold, answer["error"])
-            return False
-        return bool(answer["verdict"])
+        return json.loads(reply)
 
     def close(self) -> None:
         with self._cond:
@@ -259,12 +274,16 @@ def _close_pool() -> None:
 
 def _answer(sock: socket.socket) -> None:
     """A worker: one JSON reply line per request line, until the parent closes the socket."""
-    from gtpo.grading.symbolic import verify_symbolic
+    from gtpo.grading.symbolic import symbolic_fingerprint, verify_symbolic
 
     for line in sock.makefile("rb"):
         try:
-            prediction, gold = json.loads(line)
-            reply = {"verdict": bool(verify_symbolic(prediction, gold))}
+            request = json.loads(line)
+            if isinstance(request, dict):
+                reply = {"fingerprint": symbolic_fingerprint(request["fingerprint"])}
+            else:
+                prediction, gold = request
+                reply = {"verdict": bool(verify_symbolic(prediction, gold))}
         except Exception as error:  # noqa: BLE001 - any failure is a wrong answer, reported to the parent
             reply = {"error": f"{type(error).__name__}: {error}"[:300]}
         sock.sendall(json.dumps(reply).encode() + b"\n")

@@ -127,3 +127,43 @@ def verify_symbolic(prediction: str, gold: str) -> bool:
 
 # Answers (lightly normalized) whose verdict once timed out as the prediction: never sent to a worker
 # again in this process. Each time-out blames a distinct answer, so grouping n answers for maj@k spends at
+
+
+# Where a fingerprint evaluates an expression's free symbols: generic values (irrational-looking, distinct, away
+# from the poles and branch cuts of the usual answers), so that two different expressions rarely coincide there.
+_PROBE_POINTS = (0.5772156649, 1.2020569032, 0.9159655942, 1.6180339887, 2.6854520011, 0.3183098862, 1.4142135624)
+
+
+def _probe_value(expr) -> list[float] | None:
+    """[real, imaginary] of a sympy expression evaluated at :data:`_PROBE_POINTS`, or None (a wildcard) where the
+    grader might call it equal to something of another value: not an expression (sets, relations, matrices,
+    tuples), a bare symbol (matched by name), a percentage (``9%`` = 9 in math-verify), or no finite value."""
+    import sympy
+
+    if not isinstance(expr, sympy.Expr) or isinstance(expr, sympy.Symbol) or expr.has(sympy.UnevaluatedExpr):
+        return None
+    symbols = sorted(expr.free_symbols, key=str)
+    if not all(isinstance(symbol, sympy.Symbol) for symbol in symbols):
+        return None
+    points = {s: _PROBE_POINTS[i % len(_PROBE_POINTS)] + i // len(_PROBE_POINTS) for i, s in enumerate(symbols)}
+    try:
+        value = complex(expr.evalf(20, subs=points))
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, AttributeError):
+        return None
+    if not (math.isfinite(value.real) and math.isfinite(value.imag)):
+        return None
+    return [value.real, value.imag]
+
+
+def symbolic_fingerprint(latex: str) -> dict:
+    """What decides whether `latex` can be symbolically equal to another answer, computed once per answer, so that
+    maj@k compares only answers whose fingerprints allow it (:mod:`gtpo.grading.fingerprint`).
+
+    Returns {"parsed": bool, "strings": [...], "values": [...]}: whether math-verify's parse is usable (when it is
+    not, :func:`verify_symbolic` is False against anything), the parse's strings (stripped; math-verify compares
+    strings with strings), and one value per parsed expression (:func:`_probe_value`, None for a wildcard).
+    """
+    parsed = _parse(latex)
+    strings = [item.strip() for item in parsed if isinstance(item, str) and item.strip()]
+    values = [_probe_value(item) for item in parsed if not isinstance(item, str)]
+    return {"parsed": bool(parsed), "strings": strings, "values": values}
