@@ -467,3 +467,41 @@ def test_model_paths_are_recorded_relative_to_the_working_directory_when_inside_
     assert _normalise_path("./studies/s/../s/model") == "studies/s/model"
     assert _normalise_path(str(outside)) == str(outside.resolve())
     assert _normalise_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_grading_of_a_batch_overlaps_the_generation_of_the_next(tmp_path, gsm8k_source, problems, monkeypatch):
+    """Issue 22: grading does not wait on the main thread. Grading the first batch waits (up to 10 s) until the
+    backend has started generating the second batch; graded one after the other it would time out instead.
+    The records still go to disk in unit order, and each batch's records are graded off the main thread."""
+    import threading
+
+    from gtpo.eval import runner
+
+    backend = ScriptedBackend(problems, scripted_answers)
+    second_batch_started = threading.Event()
+    generate = backend.generate
+
+    def generate_and_signal(prompts, seeds, sampling):
+        if backend.calls:
+            second_batch_started.set()
+        return generate(prompts, seeds, sampling)
+
+    backend.generate = generate_and_signal
+    seen, count, lock = [], [0], threading.Lock()
+    real_grade = runner.grade
+
+    def grade(text, gold, extract_answer, is_equivalent):
+        with lock:
+            first_batch = count[0] < 5  # batch_size 5; batches are submitted in order
+            count[0] += 1
+        if first_batch:
+            seen.append((second_batch_started.wait(timeout=10), threading.current_thread().name))
+        return real_grade(text, gold, extract_answer, is_equivalent)
+
+    monkeypatch.setattr(runner, "grade", grade)
+    evaluate(make_config(tmp_path, gsm8k_source), backend=backend)
+    assert len(seen) == 5 and all(overlapped for overlapped, _ in seen)
+    assert all(name.startswith("gtpo-grade") for _, name in seen)
+    records = read_records(tmp_path / "run" / SAMPLES_FILE)
+    units = [(p.id, s) for p in problems for s in range(N)]
+    assert [(r["problem_id"], r["sample_index"]) for r in records] == units

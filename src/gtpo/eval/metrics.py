@@ -314,3 +314,56 @@ def mean_over_problems(values: Iterable[float]) -> float:
     if not values:
         raise ValueError("no problems to average over")
     return float(sum(values) / len(values))
+
+
+def summarize_records(records: Iterable[dict], problems: Sequence, num_samples: int) -> dict:
+    """pass@k and maj@k (means over problems) from records; only ``problems`` and sample indices
+    < ``num_samples`` count, and each problem must have all of them."""
+    from gtpo.grading import is_equivalent
+    from gtpo.grading.fingerprint import AnswerFingerprints
+
+    fingerprints = AnswerFingerprints()  # one per evaluation: each distinct answer is fingerprinted once
+    wanted = {str(p.id): p for p in problems}
+    by_problem: dict[str, dict[int, dict]] = {key: {} for key in wanted}
+    for r in records:
+        key, s = str(r["problem_id"]), int(r["sample_index"])
+        if key in wanted and s < num_samples:
+            by_problem[key].setdefault(s, r)  # the first record of a (problem, sample) wins
+    incomplete = {k: len(v) for k, v in by_problem.items() if len(v) != num_samples}
+    if incomplete:
+        example = next(iter(incomplete.items()))
+        raise ValueError(
+            f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
+            f"{num_samples}); re-run the evaluation to finish them"
+        )
+    ks = powers_of_two_up_to(num_samples)
+    pass_sum = dict.fromkeys(ks, 0.0)
+    maj_sum = dict.fromkeys(ks, 0.0)
+    answered = truncated = length = 0
+    for key, samples in by_problem.items():
+        rows = [samples[s] for s in range(num_samples)]
+        num_correct = sum(bool(r["correct"]) for r in rows)
+        # maj@k rests on the recorded verdicts, the same ones pass@k counts.
+        answers, correct = [r["answer"] for r in rows], [bool(r["correct"]) for r in rows]
+        classes = group_answers(answers, wanted[key].gold, is_equivalent, correct=correct, prefilter=fingerprints)
+        for k in ks:
+            pass_sum[k] += pass_at_k(num_samples, num_correct, k)
+            maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
+        answered += sum(r["answer"] is not None for r in rows)
+        truncated += sum(bool(r["truncated"]) for r in rows)
+        length += sum(int(r["length"]) for r in rows)
+    num_problems, total = len(by_problem), len(by_problem) * num_samples
+    return {
+        "num_problems": num_problems,
+        "ks": ks,
+        "pass@k": {str(k): pass_sum[k] / num_problems for k in ks},
+        "maj@k": {str(k): maj_sum[k] / num_problems for k in ks},
+        "answered_frac": answered / total,
+        "truncated_frac": truncated / total,
+        "mean_length": length / total,
+        "estimators": {
+            "pass@k": "unbiased estimator of Chen et al. (2021) from n samples, mean over problems",
+            "maj@k": "expectation over k-subsets of the n samples; answers pooled by gtpo.grading.is_equivalent; "
+            "no-answer samples never win; ties split credit; mean over problems",
+        },
+    }

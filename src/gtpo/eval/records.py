@@ -4,8 +4,11 @@ fsynced) and JSON files written atomically. An interrupted append can only tear 
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,3 +70,43 @@ def write_json_atomic(path: Path, payload: dict) -> None:
             f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
             "the same command: finished samples are kept"
         ) from None
+
+
+class OrderedBatchWriter:
+    """Appends each batch's records as soon as the batch is graded, in batch order, from whichever thread finishes
+    grading it: a kill loses at most the batches still generating or grading. An error while writing (a full
+    disk) is kept and raised in the caller's thread by :meth:`raise_error` or :meth:`finish`."""
+
+    def __init__(self, write):
+        self._write = write
+        self._lock = threading.Lock()
+        self._queue: collections.deque[list] = collections.deque()
+        self._error: BaseException | None = None
+
+    def add(self, futures: list) -> None:
+        with self._lock:
+            self._queue.append(futures)
+        for future in futures:
+            future.add_done_callback(self._drain)
+        self._drain()
+
+    def _drain(self, _future=None) -> None:
+        with self._lock:
+            while self._error is None and self._queue and all(f.done() for f in self._queue[0]):
+                futures = self._queue.popleft()
+                try:
+                    self._write([f.result() for f in futures])
+                except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                    self._error = error
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def finish(self) -> None:
+        """Wait for every batch's grading, write what is left, raise a writing error."""
+        with self._lock:
+            pending = [f for futures in self._queue for f in futures]
+        concurrent.futures.wait(pending)
+        self._drain()
+        self.raise_error()

@@ -25,15 +25,15 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
-from gtpo.eval.metrics import group_answers, maj_at_k_from_classes, pass_at_k, powers_of_two_up_to
-from gtpo.eval.records import append_records, read_records, write_json_atomic
+from gtpo.eval.metrics import summarize_records
+from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, write_json_atomic
 from gtpo.runs.folder import utc_timestamp
 
 logger = logging.getLogger(__name__)
@@ -224,6 +224,11 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
         )
 
 
+# Threads grading one batch while the next one generates: the grader's symbolic verdicts run in its worker
+# processes (gtpo.grading.pool, up to 4 at once), so two threads keep a second core busy beside generation.
+GRADING_THREADS = 2
+
+
 def _graders():
     from gtpo.grading import extract_answer, is_equivalent
 
@@ -291,104 +296,72 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
     whole (its recorded samples are kept, the regenerated copies only checked): with the per-sample seeds
     of the backends, a resumed batch then has the very shapes and seeds of the uninterrupted one, so its
     samples are bit-identical even where a backend's numerics depend on the batch shape.
+
+    Grading overlaps generation: a batch's completions are graded by :data:`GRADING_THREADS` threads (their
+    symbolic verdicts run in the grading worker processes, each under the grader's deadline) while the next
+    batch is generated, and its records are appended, in order, once both are done.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
     extract_answer, is_equivalent = _graders()
     batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
     already = sum((str(p.id), s) in done for p, s in units)
     mismatches = 0
-    with tqdm(
-        total=len(units),
-        initial=already,
-        unit="sample",
-        desc=f"eval {config.task}",
-        disable=not config.progress,
-        dynamic_ncols=True,
-    ) as bar:
-        for batch in batches:
-            if all((str(p.id), s) in done for p, s in batch):
-                continue
-            seeds = [unit_seed(config.seed, p.id, s) for p, s in batch]
-            completions = backend.generate([p.prompt for p, _ in batch], seeds, config.sampling)
-            if len(completions) != len(batch):
-                raise RuntimeError(f"backend returned {len(completions)} completions for {len(batch)} prompts")
-            records = []
-            for (problem, s), completion in zip(batch, completions, strict=False):
-                key = (str(problem.id), s)
-                if key in done:  # a valid record is never replaced
-                    mismatches += done[key] is not None and done[key] != completion.text
+
+    def record(problem: Problem, s: int, completion) -> dict:
+        answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
+        return {
+            "problem_id": problem.id,
+            "sample_index": s,
+            "text": completion.text,
+            "answer": answer,
+            "correct": correct,
+            "length": completion.length,
+            "truncated": completion.truncated,
+            "gold": problem.gold,
+        }
+
+    def write(records: list[dict]) -> None:
+        append_records(samples_path, records)
+        done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
+        bar.update(len(records))
+
+    with (
+        tqdm(
+            total=len(units),
+            initial=already,
+            unit="sample",
+            desc=f"eval {config.task}",
+            disable=not config.progress,
+            dynamic_ncols=True,
+        ) as bar,
+        ThreadPoolExecutor(GRADING_THREADS, thread_name_prefix="gtpo-grade") as graders,
+    ):
+        writer = OrderedBatchWriter(write)
+        try:
+            for batch in batches:
+                if all((str(p.id), s) in done for p, s in batch):
                     continue
-                answer, correct = grade(completion.text, problem.gold, extract_answer, is_equivalent)
-                records.append(
-                    {
-                        "problem_id": problem.id,
-                        "sample_index": s,
-                        "text": completion.text,
-                        "answer": answer,
-                        "correct": correct,
-                        "length": completion.length,
-                        "truncated": completion.truncated,
-                        "gold": problem.gold,
-                    }
-                )
-            append_records(samples_path, records)
-            done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
-            bar.update(len(records))
+                seeds = [unit_seed(config.seed, p.id, s) for p, s in batch]
+                completions = backend.generate([p.prompt for p, _ in batch], seeds, config.sampling)
+                writer.raise_error()  # e.g. a full disk met while the previous batch was written
+                if len(completions) != len(batch):
+                    raise RuntimeError(f"backend returned {len(completions)} completions for {len(batch)} prompts")
+                graded = []
+                for (problem, s), completion in zip(batch, completions, strict=False):
+                    key = (str(problem.id), s)
+                    if key in done:  # a valid record is never replaced
+                        mismatches += done[key] is not None and done[key] != completion.text
+                        continue
+                    graded.append(graders.submit(record, problem, s, completion))
+                writer.add(graded)
+        finally:
+            writer.finish()  # also on an interrupt: what was generated is graded and kept
     if mismatches:
         logger.warning(
             "%d recorded samples came out differently when their batch was regenerated (another "
             "machine, backend, dtype or --batch_size?); the recorded ones are kept",
             mismatches,
         )
-
-
-def summarize_records(records: Iterable[dict], problems: Sequence[Problem], num_samples: int) -> dict:
-    """pass@k and maj@k (means over problems) from records; only ``problems`` and sample indices
-    < ``num_samples`` count, and each problem must have all of them."""
-    _, is_equivalent = _graders()
-    wanted = {str(p.id): p for p in problems}
-    by_problem: dict[str, dict[int, dict]] = {key: {} for key in wanted}
-    for r in records:
-        key, s = str(r["problem_id"]), int(r["sample_index"])
-        if key in wanted and s < num_samples:
-            by_problem[key].setdefault(s, r)  # the first record of a (problem, sample) wins
-    incomplete = {k: len(v) for k, v in by_problem.items() if len(v) != num_samples}
-    if incomplete:
-        example = next(iter(incomplete.items()))
-        raise ValueError(
-            f"{len(incomplete)} problems lack samples (e.g. {example[0]!r} has {example[1]} of "
-            f"{num_samples}); re-run the evaluation to finish them"
-        )
-    ks = powers_of_two_up_to(num_samples)
-    pass_sum = dict.fromkeys(ks, 0.0)
-    maj_sum = dict.fromkeys(ks, 0.0)
-    answered = truncated = length = 0
-    for key, samples in by_problem.items():
-        rows = [samples[s] for s in range(num_samples)]
-        num_correct = sum(bool(r["correct"]) for r in rows)
-        # maj@k rests on the recorded verdicts, the same ones pass@k counts.
-        classes = group_answers(
-            [r["answer"] for r in rows], wanted[key].gold, is_equivalent, correct=[bool(r["correct"]) for r in rows]
-        )
-        for k in ks:
-            pass_sum[k] += pass_at_k(num_samples, num_correct, k)
-            maj_sum[k] += maj_at_k_from_classes(classes.counts, classes.correct, num_samples, k)
-        answered += sum(r["answer"] is not None for r in rows)
-        truncated += sum(bool(r["truncated"]) for r in rows)
-        length += sum(int(r["length"]) for r in rows)
-    num_problems, total = len(by_problem), len(by_problem) * num_samples
-    return {
-        "num_problems": num_problems,
-        "ks": ks,
-        "pass@k": {str(k): pass_sum[k] / num_problems for k in ks},
-        "maj@k": {str(k): maj_sum[k] / num_problems for k in ks},
-        "answered_frac": answered / total,
-        "truncated_frac": truncated / total,
-        "mean_length": length / total,
-        "estimators": {
-            "pass@k": "unbiased estimator of Chen et al. (2021) from n samples, mean over problems",
-            "maj@k": "expectation over k-subsets of the n samples; answers pooled by gtpo.grading.is_equivalent; "
-            "no-answer samples never win; ties split credit; mean over problems",
-        },
-    }
