@@ -65,6 +65,17 @@ def settings(tmp_path, **overrides) -> dict:
 
 
 SGD = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, lr_scheduler_type="constant")
+# GRPOConfig's loss options that compose with GTPO (docs/core.md); two steps on one generation batch
+# (num_iterations=2), so that the second step's ratio, clipping, delta and off-policy mask see a moved policy.
+GTPO_OFF = dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0)
+MOVED = dict(num_iterations=2, max_steps=2, learning_rate=0.05)
+LOSS_OPTIONS = {
+    "beta": dict(beta=0.04),
+    "sequence-level-ratio": dict(importance_sampling_level="sequence", **MOVED),
+    "delta": dict(delta=1.5, epsilon_high=0.2, **MOVED),
+    "top-entropy": dict(top_entropy_quantile=0.5),
+    "off-policy-mask": dict(off_policy_mask_threshold=0.001, **MOVED),
+}
 
 
 class LogCollector(TrainerCallback):
@@ -92,7 +103,8 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(beta=0.04), "no KL term"),
+        (dict(entropy_coef=0.01), "set entropy_coef=0.0 and tune entropy_gamma"),
+        (dict(use_adaptive_entropy=True), "set it False and tune entropy_gamma"),
         (dict(num_generations=1), "at least 2 completions per prompt"),
         (dict(entropy_filter="sometimes"), "entropy_filter='sometimes'"),
         (dict(conflict_combine="sum"), "conflict_combine"),
@@ -109,8 +121,6 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(loss_type="sapo"), "choose one of ['grpo', 'bnpo', 'dr_grpo', 'dapo']"),
         (dict(loss_type="dapo", gtpo_aggregation="reference"), "both choose the loss aggregation"),
         (dict(loss_type="dapo", entropy_term="differentiable"), "counted steps_per_generation times"),
-        (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
-        (dict(importance_sampling_level="sequence"), "importance_sampling_level"),
         (dict(gtpo_aggregation="reference", entropy_term="differentiable"), "micro-batch size"),
     ],
 )
@@ -382,6 +392,8 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
             (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t), dict(loss_type=t))
             for t in ("dapo", "dr_grpo", "bnpo")
         ],
+        # GRPOConfig's loss options composed with GTPO (issue 21): with GTPO's parts off, TRL's own step.
+        *[({**GTPO_OFF, **o}, dict(loss_type="grpo", **o)) for o in LOSS_OPTIONS.values()],
     ],
     ids=[
         "gtpo-components-off",
@@ -389,12 +401,13 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
         "components-off-dapo",
         "components-off-dr_grpo",
         "components-off-bnpo",
+        *(f"components-off-{name}" for name in LOSS_OPTIONS),
     ],
 )
 def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gtpo_overrides, grpo_overrides):
     common = settings(tmp_path, **SGD)
-    gtpo_trainer, before, gtpo_after = run(FixedGTPO, tiny_model_path, GTPOConfig(**common, **gtpo_overrides))
-    grpo_trainer, before_ref, grpo_after = run(FixedGRPO, tiny_model_path, GRPOConfig(**common, **grpo_overrides))
+    gtpo_trainer, before, gtpo_after = run(FixedGTPO, tiny_model_path, GTPOConfig(**{**common, **gtpo_overrides}))
+    grpo_trainer, before_ref, grpo_after = run(FixedGRPO, tiny_model_path, GRPOConfig(**{**common, **grpo_overrides}))
     assert max_abs_diff(before, before_ref) == 0
     update = {k: gtpo_after[k] - before[k] for k in before}
     reference = {k: grpo_after[k] - before[k] for k in before}
@@ -403,6 +416,20 @@ def test_one_step_equals_trl_grpo_when_gtpo_is_off(tmp_path, tiny_model_path, gt
     loss = gtpo_trainer.state.log_history[0]["loss"]
     assert loss == pytest.approx(grpo_trainer.state.log_history[0]["loss"], abs=1e-6)
     assert (gtpo_trainer.ref_model is None) == (grpo_trainer.ref_model is None)
+
+
+def test_full_gtpo_trains_with_every_composable_option_at_once(tmp_path, tiny_model_path, caplog):
+    """λ, δ and γ on, with beta, a sequence-level ratio, delta, the top-entropy and off-policy masks: a step runs,
+    moves the parameters, loads the reference model for the KL term and warns that the paper has none."""
+    import logging
+
+    options = {k: v for o in LOSS_OPTIONS.values() for k, v in o.items()}
+    with caplog.at_level(logging.WARNING, logger="gtpo.trainer.config"):
+        args = GTPOConfig(**{**settings(tmp_path, initial_entropy_prompts=4), **options})
+    assert any("GTPO has no KL term" in r.getMessage() for r in caplog.records)
+    trainer, before, after = run(FixedGTPO, tiny_model_path, args)
+    assert trainer.ref_model is not None and max_abs_diff(before, after) > 0
+    assert all(math.isfinite(log["loss"]) for log in trainer.state.log_history if "loss" in log)
 
 
 def test_gtpo_update_differs_from_grpo_on_conflicting_groups(tmp_path, tiny_model_path):

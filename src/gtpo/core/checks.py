@@ -214,6 +214,27 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     return float(token_normalizer), None
 
 
+def check_loss_options(shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta) -> None:
+    """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync."""
+    if level not in ("token", "sequence"):
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+    if delta is not None:
+        check_number(delta, "delta")
+        if delta <= 1 + epsilon_high:
+            raise ValueError(f"delta must exceed 1 + epsilon_high = {1 + epsilon_high} (it caps r), got {delta}")
+    check_number(beta, "beta")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    n = shape[0]
+    bad_mask = not isinstance(token_mask, Tensor) or tuple(token_mask.shape) not in (shape, (n, 1))
+    if token_mask is not None and bad_mask:
+        got = tuple(token_mask.shape) if isinstance(token_mask, Tensor) else type(token_mask).__name__
+        raise ValueError(f"token_mask must have shape {shape} or {(n, 1)}, got {got}")
+    if beta and (not isinstance(ref_per_token_logps, Tensor) or tuple(ref_per_token_logps.shape) != shape):
+        got = tuple(ref_per_token_logps.shape) if isinstance(ref_per_token_logps, Tensor) else ref_per_token_logps
+        raise ValueError(f"beta > 0 needs ref_per_token_logps of shape {shape}, got {got}")
+
+
 def check_loss_inputs(
     per_token_logps,
     completion_mask,

@@ -15,27 +15,54 @@ from torch import Tensor
 from gtpo.core.advantages import _signs
 from gtpo.core.checks import (
     check_loss_inputs,
+    check_loss_options,
     lookup,
 )
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, LN2, _keep, _mean_entropy, _shift
 from gtpo.core.metrics import loss_metrics
 from gtpo.core.spans import COMBINE_MODES
 
-
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
-def _token_loss(logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights) -> Tensor:
-    """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding."""
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+def _token_loss(
+    logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights, *, delta=None, level="token",
+    token_mask=None, ref_logps=None, beta=0.0, kl_bias_correction=False,
+) -> Tensor:  # fmt: skip
+    """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding; with the
+    GRPOConfig options that compose (docs/core.md, "GTPO with more of GRPOConfig"):
+
+    - ``delta``: the unclipped term's ratio is capped, min(r, δ)·A' (TRL's two-sided clipping);
+    - ``level="sequence"``: r's value is the completion's s_i = exp(mean_t (logp − old)) (GSPO), its gradient the
+      token's own, r_{i,t} = sg(s_i)·exp(logp_t − sg(logp_t)) (GSPO-token), so λ_{i,t} still weights token t;
+    - ``token_mask``: ℓ times a 0/1 mask, (N, T) or (N, 1) (TRL's top-entropy tokens, off-policy sequences);
+    - ``beta``: + β·KL_t, KL_t = exp(ref − logp) − (ref − logp) − 1 (TRL's k3), times r with
+      ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does.
+    """
     # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
     logp = torch.where(valid, logps.float(), 0.0)  # (N, T)
     a_tok = a_used.unsqueeze(-1)  # (N, 1)
-    if old_logps is None:
-        surrogate = torch.exp(logp - logp.detach()) * a_tok  # (N, T) ratio of value 1 carries the gradient
+    old = logp.detach() if old_logps is None else torch.where(valid, old_logps.detach().float(), 0.0)  # (N, T)
+    log_ratio = logp - old  # (N, T)
+    if level == "sequence":  # s_i's value, each token's own gradient (GSPO-token)
+        mean_log_ratio = (log_ratio * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)
+        log_ratio = mean_log_ratio.detach() + logp - logp.detach()  # (N, T)
+    ratio = torch.exp(log_ratio)  # (N, T)
+    if old_logps is None and level == "token" and delta is None:
+        surrogate = ratio * a_tok  # (N, T) ratio of value 1 carries the gradient; clipping never binds
     else:
-        ratio = torch.exp(logp - torch.where(valid, old_logps.detach().float(), 0.0))  # (N, T)
-        surrogate = torch.min(ratio * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
+        unclipped = ratio if delta is None else ratio.clamp(max=delta)  # (N, T)
+        surrogate = torch.min(unclipped * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
     token_loss = -surrogate * lam  # (N, T)
+    if token_mask is not None:
+        token_loss = token_loss * token_mask.detach().float()  # (N, T) or (N, 1)
     if importance_weights is not None:
         token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
+    if beta:
+        ref = torch.where(valid, ref_logps.detach().float(), 0.0)  # (N, T)
+        kl = torch.exp(ref - logp) - (ref - logp) - 1  # (N, T) k3 estimator of KL(π_θ ‖ π_ref)
+        token_loss = token_loss + beta * (kl * ratio if kl_bias_correction else kl)
     return torch.where(valid, token_loss, 0.0)  # (N, T)
 
 
@@ -104,6 +131,12 @@ def gtpo_loss(
     group_size: int = 1,
     max_completion_length: int | None = None,
     token_normalizer: Tensor | float | None = None,
+    delta: float | None = None,
+    importance_sampling_level: str = "token",
+    token_mask: Tensor | None = None,
+    ref_per_token_logps: Tensor | None = None,
+    beta: float = 0.0,
+    kl_bias_correction: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
 
@@ -130,6 +163,13 @@ def gtpo_loss(
             shuffled micro-batches).
         max_completion_length: ``dr_grpo`` only.
         token_normalizer: ``dapo`` only (TRL's num_items_in_batch / num_processes).
+        delta: cap of the unclipped term's ratio (TRL's two-sided clipping, > 1 + ε_high), or None.
+        importance_sampling_level: "token" (Eq. 7) or "sequence" (GSPO's s_i as the ratio's value, GSPO-token's
+            per-token gradient, so λ keeps weighting each token).
+        token_mask: (N, T) or (N, 1) 0/1 multiplier of ℓ (TRL's top-entropy or off-policy masks), or None.
+        ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
+        beta: weight of TRL's per-token KL term (k3) to the reference model; 0 in the paper.
+        kl_bias_correction: multiply the KL term by the ratio r (TRL's use_bias_correction_kl).
 
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
@@ -138,6 +178,8 @@ def gtpo_loss(
     aggregate = lookup(AGGREGATIONS, aggregation, "aggregation")
     keep_mode = lookup(ENTROPY_FILTERS, entropy_filter, "entropy_filter mode")
     combine_fn = lookup(COMBINE_MODES, combine, "combine mode")
+    shape = tuple(per_token_logps.shape) if isinstance(per_token_logps, Tensor) else (0, 0)
+    check_loss_options(shape, delta, epsilon_high, importance_sampling_level, token_mask, ref_per_token_logps, beta)
     valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
         per_token_logps,
         completion_mask,
@@ -175,7 +217,20 @@ def gtpo_loss(
     a_used = _shift(a, mean_h, keep, gamma) if shifted else torch.where(keep, a, 0.0)  # (N,) A'_i, Eq. 7
 
     token_loss = _token_loss(
-        per_token_logps, old_per_token_logps, valid, a_used, lam, epsilon_low, epsilon_high, importance_weights
+        per_token_logps,
+        old_per_token_logps,
+        valid,
+        a_used,
+        lam,
+        epsilon_low,
+        epsilon_high,
+        importance_weights,
+        delta=delta,
+        level=importance_sampling_level,
+        token_mask=token_mask,
+        ref_logps=ref_per_token_logps,
+        beta=beta,
+        kl_bias_correction=kl_bias_correction,
     )  # (N, T)
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:

@@ -9,7 +9,13 @@ unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOCo
   "dr_grpo" and "dapo" are accepted as aggregations of GTPO's token losses.
 - `bf16=None` resolves to False where no accelerator is present or `use_cpu=True` (TRL: True
   everywhere): on CPU bf16 autocast is slow and loses the precision the tests compare at.
-- `beta=0.0` is TRL's default already; with `algorithm="gtpo"` any other value is an error.
+- `beta=0.0` is TRL's default already and the paper's GTPO (no KL term); with `algorithm="gtpo"` a positive
+  beta adds TRL's KL term to GTPO's loss, with a warning (an ablation).
+
+TRL's loss options that act on the ratio, the clipping or a token/sequence mask compose with GTPO's λ, δ and γ
+(`delta`, `top_entropy_quantile`, `importance_sampling_level="sequence"`, `off_policy_mask_threshold`, `beta`;
+formulas in docs/core.md). Refused with `algorithm="gtpo"`: `entropy_coef` and `use_adaptive_entropy` (an
+entropy bonus, the opposite of GTPO's penalty) and the loss types that replace the clipped surrogate.
 
 >>> from gtpo import GTPOConfig
 >>> args = GTPOConfig(output_dir="out", entropy_filter="never")  # doctest: +SKIP
@@ -17,6 +23,7 @@ unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOCo
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -32,6 +39,7 @@ GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
+logger = logging.getLogger(__name__)
 
 
 def accelerator_available() -> bool:
@@ -248,10 +256,11 @@ class GTPOConfig(GRPOConfig):
             return  # algorithm='grpo': TRL's own options and checks apply unchanged.
 
         if self.beta != 0.0:
-            raise ValueError(
-                f"beta={self.beta} with algorithm='gtpo': GTPO has no KL term (Eq. 7). Its entropy filter and "
-                "regularizer replace the KL penalty, so no reference model is loaded and no extra forward pass runs. "
-                "Set beta=0.0, or algorithm='grpo' for a GRPO baseline with a KL term."
+            logger.warning(
+                "beta=%s with algorithm='gtpo': GTPO plus TRL's KL term to a reference model, an ablation. The paper's "
+                "GTPO has no KL term (Eq. 7): its entropy filter and penalty replace it, and beta=0 loads no reference "
+                "model and runs no extra forward pass.",
+                self.beta,
             )
         if self.loss_type not in GTPO_LOSS_TYPES:
             raise ValueError(
@@ -279,17 +288,18 @@ class GTPOConfig(GRPOConfig):
                 "by the micro-batch size. Use entropy_term='advantage' (as the authors' code) or "
                 "gtpo_aggregation='sequence'."
             )
-        unsupported = {
-            "importance_sampling_level": (self.importance_sampling_level != "token", "'token'"),
-            "top_entropy_quantile": (self.top_entropy_quantile != 1.0, "1.0"),
-            "entropy_coef": (self.entropy_coef != 0.0, "0.0 (GTPO's entropy term is entropy_gamma)"),
-            "use_adaptive_entropy": (bool(self.use_adaptive_entropy), "False"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None, "None"),
-            "delta": (self.delta is not None, "None"),
+        refused = {
+            "entropy_coef": (
+                self.entropy_coef != 0.0,
+                "TRL's entropy bonus −entropy_coef·H rewards entropy, the opposite of GTPO's penalty +γ⟨H⟩ (Eq. 7); "
+                "set entropy_coef=0.0 and tune entropy_gamma (γ) instead",
+            ),
+            "use_adaptive_entropy": (
+                bool(self.use_adaptive_entropy),
+                "it adapts TRL's entropy bonus (entropy_coef), which opposes GTPO's penalty; set it False and tune "
+                "entropy_gamma (γ) and entropy_threshold instead",
+            ),
         }
-        for name, (is_set, expected) in unsupported.items():
+        for name, (is_set, why) in refused.items():
             if is_set:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is a TRL GRPO loss option that GTPO's loss does not implement; "
-                    f"with algorithm='gtpo' set it to {expected}, or use algorithm='grpo'."
-                )
+                raise ValueError(f"{name}={getattr(self, name)!r} with algorithm='gtpo': {why}; or algorithm='grpo'.")

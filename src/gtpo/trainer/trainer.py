@@ -36,7 +36,7 @@ from trl import GRPOTrainer
 
 from gtpo import core
 from gtpo.trainer import initial_entropy as entropy_init
-from gtpo.trainer import untempered
+from gtpo.trainer import loss_options, untempered
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
 
@@ -281,6 +281,7 @@ class GTPOTrainer(GRPOTrainer):
                 capture.sampling[0], attention_mask, completion_ids.size(1)
             )  # (B, T): one kernel call, since _compute_loss scores the micro-batch in one chunk
         old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
+        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)  # (B,) A'
         loss, metrics = core.gtpo_loss(
             per_token_logps,
             completion_mask,
@@ -297,13 +298,22 @@ class GTPOTrainer(GRPOTrainer):
             gamma=args.entropy_gamma,
             entropy_term=args.entropy_term,
             aggregation=args.core_aggregation,
-            **self._aggregation_kwargs(inputs),
+            **loss_options.aggregation_kwargs(self, inputs),
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
             # only when use_vllm and vllm_importance_sampling_correction (its default) are on, and it weights
             # each token's loss, as in TRL's own GRPO loss.
             importance_weights=inputs.get("importance_sampling_ratio"),
+            # GRPOConfig's options that compose with GTPO (docs/core.md), with TRL's own masks and KL inputs.
+            delta=args.delta,
+            importance_sampling_level=args.importance_sampling_level,
+            token_mask=loss_options.token_mask(
+                self, inputs, per_token_logps, old_per_token_logps, sampling_entropies, loss_advantages
+            ),
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),
+            beta=args.beta,
+            kl_bias_correction=bool(args.use_bias_correction_kl),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
         # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
@@ -326,7 +336,6 @@ class GTPOTrainer(GRPOTrainer):
         if self.initial_entropy is not None:
             metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
         # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
-        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)
         self._log_metrics(
             mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, loss_advantages
         )
@@ -348,16 +357,6 @@ class GTPOTrainer(GRPOTrainer):
         if args.entropy_term == "advantage":
             return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
         return torch.where(keep, advantages.float(), 0.0)  # (B,)
-
-    def _aggregation_kwargs(self, inputs) -> dict:
-        """The normalizers TRL's loss types use, for core's aggregations of the same names."""
-        aggregation = self.args.core_aggregation
-        if aggregation == "dr_grpo":
-            return {"max_completion_length": self.max_completion_length}
-        if aggregation == "dapo":
-            # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
-            return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes}
-        return {}
 
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
