@@ -25,6 +25,7 @@ from test_core_aggregation import EPS_HIGH, EPS_LOW, trl_compute_loss  # noqa: E
 from test_core_loss import entropy_batch, leaf_logps  # noqa: E402
 
 LN2 = math.log(2)
+SAPO = (1.0, 1.05)  # TRL's default temperatures (positive, negative)
 
 
 def old_and_ref(logps, seed):
@@ -34,7 +35,7 @@ def old_and_ref(logps, seed):
     return old, ref
 
 
-def trl_with(option: dict, logps, old, mask, adv, ref=None, entropy=None):
+def trl_with(option: dict, logps, old, mask, adv, ref=None, entropy=None, loss_type="grpo"):
     """TRL's own loss with `option` set on its stub (delta, importance_sampling_level, beta, masks)."""
     from trl.trainer import grpo_trainer
 
@@ -47,6 +48,7 @@ def trl_with(option: dict, logps, old, mask, adv, ref=None, entropy=None):
         stub.beta = option.get("beta", 0.0)
         stub.off_policy_mask_threshold = option.get("off_policy_mask_threshold")
         stub.top_entropy_quantile = option.get("top_entropy_quantile", 1.0)
+        stub.args.sapo_temperature_pos, stub.args.sapo_temperature_neg = SAPO
         stub.get_off_policy_mask = grpo_trainer.GRPOTrainer.get_off_policy_mask
         stub.get_high_entropy_mask = lambda e, m, threshold: high_entropy_mask(e, m, threshold)
         if entropy is not None:
@@ -58,7 +60,7 @@ def trl_with(option: dict, logps, old, mask, adv, ref=None, entropy=None):
     logps_in = [logps]
     grpo_trainer.GRPOTrainer._compute_loss, saved = patched, original
     try:
-        return trl_compute_loss("grpo", logps, old, mask, adv)
+        return trl_compute_loss(loss_type, logps, old, mask, adv)
     finally:
         grpo_trainer.GRPOTrainer._compute_loss = saved
 
@@ -130,7 +132,7 @@ def test_with_unit_weights_each_option_is_trls_own_loss_in_value_and_gradient(na
 
 
 def brute_force(logps, old, mask, a_used, lam, *, delta=None, level="token", token_mask=None, ref=None, beta=0.0,
-                bias=False) -> float:  # fmt: skip
+                bias=False, surrogate="clip", per_completion="mean") -> float:  # fmt: skip
     """docs/core.md's per-token formula, written out with Python floats, aggregated as Eq. 7 (token mean per
     completion, then mean over completions)."""
     n, t = mask.shape
@@ -143,7 +145,14 @@ def brute_force(logps, old, mask, a_used, lam, *, delta=None, level="token", tok
             r = s_i if level == "sequence" else math.exp(float(logps[i, j] - old[i, j]))
             a = float(a_used[i])
             unclipped = min(r, delta) if delta is not None else r
-            loss = -float(lam[i, j]) * min(unclipped * a, min(max(r, 1 - EPS_LOW), 1 + EPS_HIGH) * a)
+            if surrogate == "cispo":
+                objective = min(r, EPS_HIGH) * a * float(logps[i, j])
+            elif surrogate == "sapo":
+                tau = SAPO[0] if a > 0 else SAPO[1]
+                objective = 1 / (1 + math.exp(-tau * (r - 1))) * 4 / tau * a
+            else:
+                objective = min(unclipped * a, min(max(r, 1 - EPS_LOW), 1 + EPS_HIGH) * a)
+            loss = -float(lam[i, j]) * objective
             if token_mask is not None:
                 loss *= float(token_mask[i, j] if token_mask.shape[1] > 1 else token_mask[i, 0])
             if beta:
@@ -151,7 +160,7 @@ def brute_force(logps, old, mask, a_used, lam, *, delta=None, level="token", tok
                 kl = math.exp(d) - d - 1
                 loss += beta * (kl * r if bias else kl)
             completion += loss
-        total += completion / max(len(tokens), 1)
+        total += completion / (max(len(tokens), 1) if per_completion == "mean" else 1)
     return total / n
 
 
@@ -222,3 +231,58 @@ def test_bad_option_values_are_one_clear_error(kwargs, message):
     mask, adv, _, _, _ = entropy_batch(seed=2)
     with pytest.raises(ValueError, match=re.escape(message)):
         gtpo_loss(leaf_logps(mask), mask, adv, entropy_filter="never", gamma=0.0, epsilon_high=EPS_HIGH, **kwargs)
+
+
+LOSS_TYPES = {  # TRL loss type -> (core surrogate, the outer scaling TRL's stub applies: accumulation 2, 2 steps)
+    "cispo": ("cispo", 1.0),
+    "sapo": ("sapo", 2.0),
+    "luspo": ("clip", 2.0),
+}
+
+
+def loss_type_kwargs(loss_type, mask):
+    surrogate, _ = LOSS_TYPES[loss_type]
+    kwargs = dict(aggregation=loss_type, surrogate=surrogate, sapo_temperatures=SAPO)
+    if loss_type == "cispo":
+        kwargs["token_normalizer"] = mask.sum().float()
+    return kwargs
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSS_TYPES))
+def test_with_unit_weights_trls_cispo_sapo_and_luspo_are_trls_own_loss(loss_type):
+    mask, adv, _, _, _ = entropy_batch(seed=31)
+    logps = leaf_logps(mask, seed=32)
+    old, _ = old_and_ref(logps, seed=33)
+    loss, _ = gtpo_loss(
+        logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0, epsilon_low=EPS_LOW,
+        epsilon_high=EPS_HIGH, **loss_type_kwargs(loss_type, mask),
+    )  # fmt: skip
+    loss = loss / LOSS_TYPES[loss_type][1]
+    trl_logps = logps.detach().clone().requires_grad_()
+    expected = trl_with({}, trl_logps, old, mask, adv, loss_type=loss_type)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(logps.grad, trl_logps.grad)
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSS_TYPES))
+def test_with_gtpos_weights_cispo_sapo_and_luspo_are_the_documented_formula(loss_type):
+    mask, adv, fw, bw, entropy = entropy_batch(seed=6)
+    logps = leaf_logps(mask, seed=7)
+    old, _ = old_and_ref(logps, seed=8)
+    kwargs = loss_type_kwargs(loss_type, mask)
+    loss, _ = gtpo_loss(
+        logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old, token_entropy=entropy,
+        entropy_filter="always", gamma=0.3, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, **kwargs,
+    )  # fmt: skip
+    mean_h = (entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    a_used = torch.where(mean_h <= LN2, adv - 0.3 * mean_h, 0.0)
+    lam = conflict_weights(fw, bw, adv)
+    if loss_type == "cispo":  # token sum over the batch's valid tokens: per-completion sums, times n / tokens
+        total = brute_force(logps.detach(), old, mask, a_used, lam, surrogate="cispo", per_completion="sum")
+        expected = total * mask.shape[0] / float(mask.sum())
+    else:
+        expected = brute_force(logps.detach(), old, mask, a_used, lam, surrogate=kwargs["surrogate"],
+                               per_completion="sum" if loss_type == "luspo" else "mean")  # fmt: skip
+    assert loss.item() == pytest.approx(expected, rel=1e-5, abs=1e-6)

@@ -181,8 +181,9 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     """The one extra number an aggregation needs (static checks) and its deferred device check, if any."""
     if aggregation != "dr_grpo" and max_completion_length is not None:
         raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
-    if aggregation != "dapo" and token_normalizer is not None:
-        raise ValueError(f"token_normalizer is used only by aggregation='dapo', not {aggregation!r}")
+    token_sum = aggregation in ("dapo", "cispo")  # TRL normalizes both by the batch's valid tokens
+    if not token_sum and token_normalizer is not None:
+        raise ValueError(f"token_normalizer is used only by aggregation='dapo' or 'cispo', not {aggregation!r}")
     if aggregation == "dr_grpo":
         if (
             isinstance(max_completion_length, bool)
@@ -194,10 +195,10 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
                 f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
             )
         return max_completion_length, None
-    if aggregation != "dapo":
+    if not token_sum:
         return None, None
     hint = (
-        "aggregation='dapo' divides by the valid tokens of the whole global batch per rank: pass "
+        f"aggregation={aggregation!r} divides by the valid tokens of the whole global batch per rank: pass "
         "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)"
     )
     if isinstance(token_normalizer, Tensor):
@@ -214,8 +215,19 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     return float(token_normalizer), None
 
 
-def check_loss_options(shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta) -> None:
+def check_loss_options(
+    shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta, surrogate="clip", sapo_temperatures=None
+) -> None:
     """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync."""
+    if surrogate not in ("clip", "cispo", "sapo"):
+        raise ValueError(f"surrogate must be 'clip', 'cispo' or 'sapo', got {surrogate!r}")
+    if surrogate == "sapo":
+        if not isinstance(sapo_temperatures, (tuple, list)) or len(sapo_temperatures) != 2:
+            raise ValueError(f"surrogate='sapo' needs sapo_temperatures=(pos, neg), got {sapo_temperatures!r}")
+        for value in sapo_temperatures:
+            check_number(value, "sapo temperature")
+            if value <= 0:
+                raise ValueError(f"sapo temperatures must be > 0, got {sapo_temperatures}")
     if level not in ("token", "sequence"):
         raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
     if delta is not None:

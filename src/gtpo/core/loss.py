@@ -28,7 +28,7 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 def _token_loss(
     logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights, *, delta=None, level="token",
-    token_mask=None, ref_logps=None, beta=0.0, kl_bias_correction=False,
+    token_mask=None, ref_logps=None, beta=0.0, kl_bias_correction=False, surrogate="clip", sapo_temperatures=None,
 ) -> Tensor:  # fmt: skip
     """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding; with the
     GRPOConfig options that compose (docs/core.md, "GTPO with more of GRPOConfig"):
@@ -38,7 +38,9 @@ def _token_loss(
       token's own, r_{i,t} = sg(s_i)·exp(logp_t − sg(logp_t)) (GSPO-token), so λ_{i,t} still weights token t;
     - ``token_mask``: ℓ times a 0/1 mask, (N, T) or (N, 1) (TRL's top-entropy tokens, off-policy sequences);
     - ``beta``: + β·KL_t, KL_t = exp(ref − logp) − (ref − logp) − 1 (TRL's k3), times r with
-      ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does.
+      ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does;
+    - ``surrogate``: "clip" (Eq. 7's min(r·A', clip(r)·A')), "cispo" (−sg(min(r, ε_high))·A'·logp, TRL's CISPO)
+      or "sapo" (−σ(τ·(r − 1))·(4/τ)·A', τ by the sign of A', TRL's SAPO); λ multiplies each.
     """
     # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
     logp = torch.where(valid, logps.float(), 0.0)  # (N, T)
@@ -49,12 +51,18 @@ def _token_loss(
         mean_log_ratio = (log_ratio * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)
         log_ratio = mean_log_ratio.detach() + logp - logp.detach()  # (N, T)
     ratio = torch.exp(log_ratio)  # (N, T)
-    if old_logps is None and level == "token" and delta is None:
-        surrogate = ratio * a_tok  # (N, T) ratio of value 1 carries the gradient; clipping never binds
+    if surrogate == "cispo":  # the clipped ratio is a detached weight on the token's log-probability
+        objective = ratio.clamp(max=eps_high).detach() * a_tok * logp  # (N, T)
+    elif surrogate == "sapo":  # a soft gate around r = 1, sharper for negative advantages
+        positive, negative = sapo_temperatures
+        tau = torch.where(a_tok > 0, positive, negative)  # (N, 1)
+        objective = torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a_tok  # (N, T)
+    elif old_logps is None and level == "token" and delta is None:
+        objective = ratio * a_tok  # (N, T) ratio of value 1 carries the gradient; clipping never binds
     else:
         unclipped = ratio if delta is None else ratio.clamp(max=delta)  # (N, T)
-        surrogate = torch.min(unclipped * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
-    token_loss = -surrogate * lam  # (N, T)
+        objective = torch.min(unclipped * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
+    token_loss = -objective * lam  # (N, T)
     if token_mask is not None:
         token_loss = token_loss * token_mask.detach().float()  # (N, T) or (N, 1)
     if importance_weights is not None:
@@ -90,6 +98,11 @@ def _aggregate_dapo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, norma
     return token_loss.sum() / normalizer  # ()
 
 
+def _aggregate_luspo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
+    # TRL's "luspo": token sum per completion, then mean over completions (length-unbiased sequence loss).
+    return token_loss.sum(dim=-1).sum() / max(token_loss.shape[0], 1)  # ()
+
+
 def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
     # Authors' code (Listing 3): each completion's token mean / max(#conflict positions, 1), summed.
     per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
@@ -102,6 +115,9 @@ AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
     "bnpo": _aggregate_bnpo,
     "dr_grpo": _aggregate_dr_grpo,
     "dapo": _aggregate_dapo,
+    "cispo": _aggregate_dapo,  # TRL normalizes CISPO as DAPO: the batch's valid tokens per rank
+    "sapo": _aggregate_sequence,  # TRL normalizes SAPO as GRPO
+    "luspo": _aggregate_luspo,
     "reference": _aggregate_reference,
 }
 """Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
@@ -137,6 +153,8 @@ def gtpo_loss(
     ref_per_token_logps: Tensor | None = None,
     beta: float = 0.0,
     kl_bias_correction: bool = False,
+    surrogate: str = "clip",
+    sapo_temperatures: tuple[float, float] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
 
@@ -170,6 +188,9 @@ def gtpo_loss(
         ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
         beta: weight of TRL's per-token KL term (k3) to the reference model; 0 in the paper.
         kl_bias_correction: multiply the KL term by the ratio r (TRL's use_bias_correction_kl).
+        surrogate: "clip" (Eq. 7), "cispo" or "sapo" (TRL's loss types of those names; with aggregation
+            "cispo" and "sapo", which normalize as TRL's do).
+        sapo_temperatures: (τ_pos, τ_neg) for ``surrogate="sapo"`` (TRL's sapo_temperature_pos/neg).
 
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
@@ -179,7 +200,17 @@ def gtpo_loss(
     keep_mode = lookup(ENTROPY_FILTERS, entropy_filter, "entropy_filter mode")
     combine_fn = lookup(COMBINE_MODES, combine, "combine mode")
     shape = tuple(per_token_logps.shape) if isinstance(per_token_logps, Tensor) else (0, 0)
-    check_loss_options(shape, delta, epsilon_high, importance_sampling_level, token_mask, ref_per_token_logps, beta)
+    check_loss_options(
+        shape,
+        delta,
+        epsilon_high,
+        importance_sampling_level,
+        token_mask,
+        ref_per_token_logps,
+        beta,
+        surrogate,
+        sapo_temperatures,
+    )
     valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
         per_token_logps,
         completion_mask,
@@ -231,6 +262,8 @@ def gtpo_loss(
         ref_logps=ref_per_token_logps,
         beta=beta,
         kl_bias_correction=kl_bias_correction,
+        surrogate=surrogate,
+        sapo_temperatures=sapo_temperatures,
     )  # (N, T)
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:

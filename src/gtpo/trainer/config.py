@@ -34,8 +34,9 @@ CONFLICT_COMBINES = ("union", "product")
 ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
-# TRL loss types that are aggregations only (how token losses are normalized), composed with GTPO's λ and δ.
-GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# TRL loss types composed with GTPO's λ, δ and γ: aggregations (how token losses are normalized) and the CISPO and
+# SAPO surrogates, which λ weights per token as it weights Eq. 7's clipped one (docs/core.md).
+GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
@@ -86,8 +87,9 @@ class GTPOConfig(GRPOConfig):
             "help": "How token losses are normalized. Default 'grpo' (TRL: 'dapo'): per-completion token mean, then "
             "mean over completions, as in the paper's Eq. 1 and Eq. 7. With algorithm='gtpo', 'bnpo' (token mean over "
             "the micro-batch), 'dr_grpo' (token sum / (B * max_completion_length)) and 'dapo' (token sum / valid "
-            "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses; "
-            "TRL's other loss types are refused. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
+            "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses, and "
+            "'cispo', 'sapo' and 'luspo' are TRL's surrogates (and normalizations) with λ weighting each token; "
+            "'vespo' is refused. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
         },
     )
     bf16: bool | None = field(
@@ -264,9 +266,9 @@ class GTPOConfig(GRPOConfig):
             )
         if self.loss_type not in GTPO_LOSS_TYPES:
             raise ValueError(
-                f"loss_type={self.loss_type!r} is a TRL GRPO loss that changes the per-token objective, which "
-                f"algorithm='gtpo' replaces by GTPO's (Eq. 7); with algorithm='gtpo' choose one of "
-                f"{list(GTPO_LOSS_TYPES)} (aggregations), or set algorithm='grpo' to train with TRL's loss."
+                f"loss_type={self.loss_type!r} with algorithm='gtpo': its per-sequence weights (VESPO's gamma weights "
+                "of the sequence ratio) are not yet composed with GTPO's per-token λ; with algorithm='gtpo' choose "
+                f"one of {list(GTPO_LOSS_TYPES)}, or set algorithm='grpo' to train with TRL's loss."
             )
         if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
             raise ValueError(
@@ -274,11 +276,11 @@ class GTPOConfig(GRPOConfig):
                 "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
                 f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
             )
-        if self.loss_type == "dapo" and self.entropy_term == "differentiable" and self.entropy_gamma:
+        if self.loss_type in ("dapo", "cispo") and self.entropy_term == "differentiable" and self.entropy_gamma:
             raise ValueError(
-                "loss_type='dapo' with entropy_term='differentiable': dapo divides by the generation batch's token "
-                "count, not by accumulation steps, so a mean-entropy term added to each micro-batch's loss would be "
-                "counted steps_per_generation times over. Use entropy_term='advantage' (default) "
+                f"loss_type={self.loss_type!r} with entropy_term='differentiable': it divides by the generation "
+                "batch's token count, not by accumulation steps, so a mean-entropy term added to each micro-batch's "
+                "loss would be counted steps_per_generation times over. Use entropy_term='advantage' (default) "
                 "or another loss_type."
             )
         if self.gtpo_aggregation == "reference" and self.entropy_term == "differentiable" and self.entropy_gamma:

@@ -10,7 +10,7 @@ def aggregation_kwargs(trainer, inputs) -> dict:
     aggregation = trainer.args.core_aggregation
     if aggregation == "dr_grpo":
         return {"max_completion_length": trainer.max_completion_length}
-    if aggregation == "dapo":
+    if aggregation in ("dapo", "cispo"):
         # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
         return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes}
     return {}

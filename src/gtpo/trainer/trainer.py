@@ -314,6 +314,8 @@ class GTPOTrainer(GRPOTrainer):
             ref_per_token_logps=inputs.get("ref_per_token_logps"),
             beta=args.beta,
             kl_bias_correction=bool(args.use_bias_correction_kl),
+            surrogate=args.loss_type if args.loss_type in ("cispo", "sapo") else "clip",
+            sapo_temperatures=(args.sapo_temperature_pos, args.sapo_temperature_neg),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
         # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
@@ -323,7 +325,7 @@ class GTPOTrainer(GRPOTrainer):
         # code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        if args.core_aggregation == "dapo":
+        if args.core_aggregation in ("dapo", "cispo"):
             normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
         elif args.core_aggregation == "reference":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
