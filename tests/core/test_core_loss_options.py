@@ -26,6 +26,7 @@ from test_core_loss import entropy_batch, leaf_logps  # noqa: E402
 
 LN2 = math.log(2)
 SAPO = (1.0, 1.05)  # TRL's default temperatures (positive, negative)
+VESPO = (2.0, 3.0, 3.0, 2.0)  # TRL's defaults: k_pos, lambda_pos, k_neg, lambda_neg
 
 
 def old_and_ref(logps, seed):
@@ -49,6 +50,8 @@ def trl_with(option: dict, logps, old, mask, adv, ref=None, entropy=None, loss_t
         stub.off_policy_mask_threshold = option.get("off_policy_mask_threshold")
         stub.top_entropy_quantile = option.get("top_entropy_quantile", 1.0)
         stub.args.sapo_temperature_pos, stub.args.sapo_temperature_neg = SAPO
+        stub.args.vespo_k_pos, stub.args.vespo_lambda_pos, stub.args.vespo_k_neg, stub.args.vespo_lambda_neg = VESPO
+        stub.get_gamma_weights = grpo_trainer.GRPOTrainer.get_gamma_weights
         stub.get_off_policy_mask = grpo_trainer.GRPOTrainer.get_off_policy_mask
         stub.get_high_entropy_mask = lambda e, m, threshold: high_entropy_mask(e, m, threshold)
         if entropy is not None:
@@ -132,7 +135,7 @@ def test_with_unit_weights_each_option_is_trls_own_loss_in_value_and_gradient(na
 
 
 def brute_force(logps, old, mask, a_used, lam, *, delta=None, level="token", token_mask=None, ref=None, beta=0.0,
-                bias=False, surrogate="clip", per_completion="mean") -> float:  # fmt: skip
+                bias=False, surrogate="clip", per_completion="mean", phi=None) -> float:  # fmt: skip
     """docs/core.md's per-token formula, written out with Python floats, aggregated as Eq. 7 (token mean per
     completion, then mean over completions)."""
     n, t = mask.shape
@@ -147,6 +150,8 @@ def brute_force(logps, old, mask, a_used, lam, *, delta=None, level="token", tok
             unclipped = min(r, delta) if delta is not None else r
             if surrogate == "cispo":
                 objective = min(r, EPS_HIGH) * a * float(logps[i, j])
+            elif surrogate == "vespo":
+                objective = float(phi[i]) * a * float(logps[i, j])
             elif surrogate == "sapo":
                 tau = SAPO[0] if a > 0 else SAPO[1]
                 objective = 1 / (1 + math.exp(-tau * (r - 1))) * 4 / tau * a
@@ -223,7 +228,7 @@ def test_sequence_level_keeps_lambda_per_token_gspo_token():
         (dict(delta=1.1), "delta must exceed 1 + epsilon_high"),
         (dict(importance_sampling_level="sequence_token"), "importance_sampling_level must be"),
         (dict(beta=0.04), "beta > 0 needs ref_per_token_logps"),
-        (dict(beta=-1.0), "beta must be >= 0"),
+        (dict(beta=-1.0), "beta must be a finite number >= 0"),
         (dict(token_mask=torch.ones(3, 2)), "token_mask must have shape"),
     ],
 )
@@ -235,16 +240,29 @@ def test_bad_option_values_are_one_clear_error(kwargs, message):
 
 LOSS_TYPES = {  # TRL loss type -> (core surrogate, the outer scaling TRL's stub applies: accumulation 2, 2 steps)
     "cispo": ("cispo", 1.0),
+    "vespo": ("vespo", 1.0),
     "sapo": ("sapo", 2.0),
     "luspo": ("clip", 2.0),
 }
 
 
-def loss_type_kwargs(loss_type, mask):
+def gamma_weights(logps, old, mask, advantages):
+    """φ_i of VESPO, by TRL's own static method (the weights GTPO's VESPO composition takes from TRL)."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    k_pos, l_pos, k_neg, l_neg = VESPO
+    return GRPOTrainer.get_gamma_weights(
+        advantages.reshape(-1, 1), logps.detach() - old, mask.float(), None, k_pos, l_pos, k_neg, l_neg
+    )
+
+
+def loss_type_kwargs(loss_type, mask, logps=None, old=None, a_used=None):
     surrogate, _ = LOSS_TYPES[loss_type]
     kwargs = dict(aggregation=loss_type, surrogate=surrogate, sapo_temperatures=SAPO)
-    if loss_type == "cispo":
+    if loss_type in ("cispo", "vespo"):
         kwargs["token_normalizer"] = mask.sum().float()
+    if loss_type == "vespo":
+        kwargs["sequence_weights"] = gamma_weights(logps, old, mask, a_used)
     return kwargs
 
 
@@ -255,7 +273,7 @@ def test_with_unit_weights_trls_cispo_sapo_and_luspo_are_trls_own_loss(loss_type
     old, _ = old_and_ref(logps, seed=33)
     loss, _ = gtpo_loss(
         logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0, epsilon_low=EPS_LOW,
-        epsilon_high=EPS_HIGH, **loss_type_kwargs(loss_type, mask),
+        epsilon_high=EPS_HIGH, **loss_type_kwargs(loss_type, mask, logps, old, adv),
     )  # fmt: skip
     loss = loss / LOSS_TYPES[loss_type][1]
     trl_logps = logps.detach().clone().requires_grad_()
@@ -271,16 +289,17 @@ def test_with_gtpos_weights_cispo_sapo_and_luspo_are_the_documented_formula(loss
     mask, adv, fw, bw, entropy = entropy_batch(seed=6)
     logps = leaf_logps(mask, seed=7)
     old, _ = old_and_ref(logps, seed=8)
-    kwargs = loss_type_kwargs(loss_type, mask)
+    mean_h = (entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    a_used = torch.where(mean_h <= LN2, adv - 0.3 * mean_h, 0.0)
+    kwargs = loss_type_kwargs(loss_type, mask, logps, old, a_used)
     loss, _ = gtpo_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old, token_entropy=entropy,
         entropy_filter="always", gamma=0.3, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, **kwargs,
     )  # fmt: skip
-    mean_h = (entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-    a_used = torch.where(mean_h <= LN2, adv - 0.3 * mean_h, 0.0)
     lam = conflict_weights(fw, bw, adv)
-    if loss_type == "cispo":  # token sum over the batch's valid tokens: per-completion sums, times n / tokens
-        total = brute_force(logps.detach(), old, mask, a_used, lam, surrogate="cispo", per_completion="sum")
+    if loss_type in ("cispo", "vespo"):  # token sum over the batch's valid tokens: per-completion sums, n / tokens
+        phi = kwargs.get("sequence_weights")
+        total = brute_force(logps.detach(), old, mask, a_used, lam, surrogate=loss_type, per_completion="sum", phi=phi)
         expected = total * mask.shape[0] / float(mask.sum())
     else:
         expected = brute_force(logps.detach(), old, mask, a_used, lam, surrogate=kwargs["surrogate"],

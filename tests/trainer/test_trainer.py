@@ -117,7 +117,6 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(conflict_positive_weight=float("inf")), "conflict_positive_weight"),
         (dict(initial_entropy=float("nan")), "initial_entropy"),
         (dict(initial_entropy_prompts=0), "initial_entropy_prompts"),
-        (dict(loss_type="vespo"), "not yet composed with GTPO's per-token λ"),
         (dict(loss_type="cispo", entropy_term="differentiable"), "counted steps_per_generation times"),
         (dict(loss_type="dapo", gtpo_aggregation="reference"), "both choose the loss aggregation"),
         (dict(loss_type="dapo", entropy_term="differentiable"), "counted steps_per_generation times"),
@@ -390,7 +389,7 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
         (dict(algorithm="grpo", beta=0.04, loss_type="dapo"), dict(beta=0.04, loss_type="dapo")),
         *[
             (dict(conflict_correction=False, entropy_filter="never", entropy_gamma=0.0, loss_type=t), dict(loss_type=t))
-            for t in ("dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo")
+            for t in ("dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
         ],
         # GRPOConfig's loss options composed with GTPO (issue 21): with GTPO's parts off, TRL's own step.
         *[({**GTPO_OFF, **o}, dict(loss_type="grpo", **o)) for o in LOSS_OPTIONS.values()],
@@ -404,6 +403,7 @@ def test_two_step_run_updates_parameters_and_logs_gtpo_metrics(tmp_path, tiny_mo
         "components-off-cispo",
         "components-off-sapo",
         "components-off-luspo",
+        "components-off-vespo",
         *(f"components-off-{name}" for name in LOSS_OPTIONS),
     ],
 )

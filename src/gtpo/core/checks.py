@@ -181,7 +181,7 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     """The one extra number an aggregation needs (static checks) and its deferred device check, if any."""
     if aggregation != "dr_grpo" and max_completion_length is not None:
         raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
-    token_sum = aggregation in ("dapo", "cispo")  # TRL normalizes both by the batch's valid tokens
+    token_sum = aggregation in ("dapo", "cispo", "vespo")  # TRL normalizes these by the batch's valid tokens
     if not token_sum and token_normalizer is not None:
         raise ValueError(f"token_normalizer is used only by aggregation='dapo' or 'cispo', not {aggregation!r}")
     if aggregation == "dr_grpo":
@@ -216,11 +216,13 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
 
 
 def check_loss_options(
-    shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta, surrogate="clip", sapo_temperatures=None
+    shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta, surrogate, sapo_temperatures, weights
 ) -> None:
     """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync."""
-    if surrogate not in ("clip", "cispo", "sapo"):
-        raise ValueError(f"surrogate must be 'clip', 'cispo' or 'sapo', got {surrogate!r}")
+    if surrogate not in ("clip", "cispo", "sapo", "vespo"):
+        raise ValueError(f"surrogate must be 'clip', 'cispo', 'sapo' or 'vespo', got {surrogate!r}")
+    if surrogate == "vespo" and (not isinstance(weights, Tensor) or weights.numel() != shape[0]):
+        raise ValueError(f"surrogate='vespo' needs sequence_weights of shape ({shape[0]},), got {weights!r:.60}")
     if surrogate == "sapo":
         if not isinstance(sapo_temperatures, (tuple, list)) or len(sapo_temperatures) != 2:
             raise ValueError(f"surrogate='sapo' needs sapo_temperatures=(pos, neg), got {sapo_temperatures!r}")
@@ -234,9 +236,8 @@ def check_loss_options(
         check_number(delta, "delta")
         if delta <= 1 + epsilon_high:
             raise ValueError(f"delta must exceed 1 + epsilon_high = {1 + epsilon_high} (it caps r), got {delta}")
-    check_number(beta, "beta")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
     n = shape[0]
     bad_mask = not isinstance(token_mask, Tensor) or tuple(token_mask.shape) not in (shape, (n, 1))
     if token_mask is not None and bad_mask:

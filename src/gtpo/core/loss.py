@@ -29,6 +29,7 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 def _token_loss(
     logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights, *, delta=None, level="token",
     token_mask=None, ref_logps=None, beta=0.0, kl_bias_correction=False, surrogate="clip", sapo_temperatures=None,
+    sequence_weights=None,
 ) -> Tensor:  # fmt: skip
     """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding; with the
     GRPOConfig options that compose (docs/core.md, "GTPO with more of GRPOConfig"):
@@ -40,7 +41,8 @@ def _token_loss(
     - ``beta``: + β·KL_t, KL_t = exp(ref − logp) − (ref − logp) − 1 (TRL's k3), times r with
       ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does;
     - ``surrogate``: "clip" (Eq. 7's min(r·A', clip(r)·A')), "cispo" (−sg(min(r, ε_high))·A'·logp, TRL's CISPO)
-      or "sapo" (−σ(τ·(r − 1))·(4/τ)·A', τ by the sign of A', TRL's SAPO); λ multiplies each.
+      "sapo" (−σ(τ·(r − 1))·(4/τ)·A', τ by the sign of A', TRL's SAPO) or "vespo" (−φ_i·A'·logp with
+      ``sequence_weights`` φ, TRL's VESPO gamma weights); λ multiplies each.
     """
     # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
     logp = torch.where(valid, logps.float(), 0.0)  # (N, T)
@@ -53,6 +55,8 @@ def _token_loss(
     ratio = torch.exp(log_ratio)  # (N, T)
     if surrogate == "cispo":  # the clipped ratio is a detached weight on the token's log-probability
         objective = ratio.clamp(max=eps_high).detach() * a_tok * logp  # (N, T)
+    elif surrogate == "vespo":  # a detached per-sequence weight φ_i on the token's log-probability
+        objective = sequence_weights.detach().float().reshape(-1, 1) * a_tok * logp  # (N, T)
     elif surrogate == "sapo":  # a soft gate around r = 1, sharper for negative advantages
         positive, negative = sapo_temperatures
         tau = torch.where(a_tok > 0, positive, negative)  # (N, 1)
@@ -118,6 +122,7 @@ AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
     "cispo": _aggregate_dapo,  # TRL normalizes CISPO as DAPO: the batch's valid tokens per rank
     "sapo": _aggregate_sequence,  # TRL normalizes SAPO as GRPO
     "luspo": _aggregate_luspo,
+    "vespo": _aggregate_dapo,  # TRL normalizes VESPO as DAPO
     "reference": _aggregate_reference,
 }
 """Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
@@ -155,6 +160,7 @@ def gtpo_loss(
     kl_bias_correction: bool = False,
     surrogate: str = "clip",
     sapo_temperatures: tuple[float, float] | None = None,
+    sequence_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
 
@@ -188,9 +194,10 @@ def gtpo_loss(
         ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
         beta: weight of TRL's per-token KL term (k3) to the reference model; 0 in the paper.
         kl_bias_correction: multiply the KL term by the ratio r (TRL's use_bias_correction_kl).
-        surrogate: "clip" (Eq. 7), "cispo" or "sapo" (TRL's loss types of those names; with aggregation
-            "cispo" and "sapo", which normalize as TRL's do).
+        surrogate: "clip" (Eq. 7), "cispo", "sapo" or "vespo" (TRL's loss types of those names; with the
+            aggregations of the same names, which normalize as TRL's do).
         sapo_temperatures: (τ_pos, τ_neg) for ``surrogate="sapo"`` (TRL's sapo_temperature_pos/neg).
+        sequence_weights: (N,) or (N, 1) φ_i for ``surrogate="vespo"`` (TRL's ``get_gamma_weights``), detached.
 
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
@@ -210,6 +217,7 @@ def gtpo_loss(
         beta,
         surrogate,
         sapo_temperatures,
+        sequence_weights,
     )
     valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
         per_token_logps,
@@ -264,6 +272,7 @@ def gtpo_loss(
         kl_bias_correction=kl_bias_correction,
         surrogate=surrogate,
         sapo_temperatures=sapo_temperatures,
+        sequence_weights=sequence_weights,
     )  # (N, T)
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     if entropy_term == "differentiable" and mean_h is not None and gamma != 0:

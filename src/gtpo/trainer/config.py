@@ -12,10 +12,10 @@ unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOCo
 - `beta=0.0` is TRL's default already and the paper's GTPO (no KL term); with `algorithm="gtpo"` a positive
   beta adds TRL's KL term to GTPO's loss, with a warning (an ablation).
 
-TRL's loss options that act on the ratio, the clipping or a token/sequence mask compose with GTPO's λ, δ and γ
-(`delta`, `top_entropy_quantile`, `importance_sampling_level="sequence"`, `off_policy_mask_threshold`, `beta`;
-formulas in docs/core.md). Refused with `algorithm="gtpo"`: `entropy_coef` and `use_adaptive_entropy` (an
-entropy bonus, the opposite of GTPO's penalty) and the loss types that replace the clipped surrogate.
+TRL's loss options that act on the ratio, the clipping, a token/sequence mask or the token objective compose with
+GTPO's λ, δ and γ (`delta`, `top_entropy_quantile`, `importance_sampling_level="sequence"`,
+`off_policy_mask_threshold`, `beta`, every `loss_type`; formulas in docs/core.md). Refused with
+`algorithm="gtpo"`: `entropy_coef` and `use_adaptive_entropy` (an entropy bonus, the opposite of GTPO's penalty).
 
 >>> from gtpo import GTPOConfig
 >>> args = GTPOConfig(output_dir="out", entropy_filter="never")  # doctest: +SKIP
@@ -34,9 +34,9 @@ CONFLICT_COMBINES = ("union", "product")
 ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
-# TRL loss types composed with GTPO's λ, δ and γ: aggregations (how token losses are normalized) and the CISPO and
-# SAPO surrogates, which λ weights per token as it weights Eq. 7's clipped one (docs/core.md).
-GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
+# TRL loss types composed with GTPO's λ, δ and γ: aggregations (how token losses are normalized) and the CISPO,
+# SAPO and VESPO token objectives, which λ weights per token as it weights Eq. 7's clipped one (docs/core.md).
+GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
@@ -88,8 +88,8 @@ class GTPOConfig(GRPOConfig):
             "mean over completions, as in the paper's Eq. 1 and Eq. 7. With algorithm='gtpo', 'bnpo' (token mean over "
             "the micro-batch), 'dr_grpo' (token sum / (B * max_completion_length)) and 'dapo' (token sum / valid "
             "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses, and "
-            "'cispo', 'sapo' and 'luspo' are TRL's surrogates (and normalizations) with λ weighting each token; "
-            "'vespo' is refused. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
+            "'cispo', 'sapo', 'luspo' and 'vespo' are TRL's objectives (and normalizations) with λ weighting each "
+            "token. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
         },
     )
     bf16: bool | None = field(
@@ -266,9 +266,8 @@ class GTPOConfig(GRPOConfig):
             )
         if self.loss_type not in GTPO_LOSS_TYPES:
             raise ValueError(
-                f"loss_type={self.loss_type!r} with algorithm='gtpo': its per-sequence weights (VESPO's gamma weights "
-                "of the sequence ratio) are not yet composed with GTPO's per-token λ; with algorithm='gtpo' choose "
-                f"one of {list(GTPO_LOSS_TYPES)}, or set algorithm='grpo' to train with TRL's loss."
+                f"loss_type={self.loss_type!r} with algorithm='gtpo': a TRL loss type gtpo does not know how to weight "
+                f"by λ yet; with algorithm='gtpo' choose one of {list(GTPO_LOSS_TYPES)}, or set algorithm='grpo'."
             )
         if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
             raise ValueError(
@@ -276,7 +275,8 @@ class GTPOConfig(GRPOConfig):
                 "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
                 f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
             )
-        if self.loss_type in ("dapo", "cispo") and self.entropy_term == "differentiable" and self.entropy_gamma:
+        token_sum = self.loss_type in ("dapo", "cispo", "vespo")  # normalized by the generation batch's tokens
+        if token_sum and self.entropy_term == "differentiable" and self.entropy_gamma:
             raise ValueError(
                 f"loss_type={self.loss_type!r} with entropy_term='differentiable': it divides by the generation "
                 "batch's token count, not by accumulation steps, so a mean-entropy term added to each micro-batch's "

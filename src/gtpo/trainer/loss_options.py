@@ -10,7 +10,7 @@ def aggregation_kwargs(trainer, inputs) -> dict:
     aggregation = trainer.args.core_aggregation
     if aggregation == "dr_grpo":
         return {"max_completion_length": trainer.max_completion_length}
-    if aggregation in ("dapo", "cispo"):
+    if aggregation in ("dapo", "cispo", "vespo"):
         # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
         return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes}
     return {}
@@ -49,3 +49,26 @@ def token_mask(trainer, inputs, per_token_logps, old_per_token_logps, entropies,
         )  # (B, 1)
         result = off_policy if result is None else result * off_policy
     return result
+
+
+def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss_advantages):
+    """VESPO's per-sequence gamma weights φ_i (TRL's ``get_gamma_weights``, detached), with A' choosing the
+    positive or negative parameters; None for every other loss type.
+
+    Returns:
+        None, or (B, 1) φ_i of the sequence ratio Σ_t log(π_θ/π_old) (times vLLM's sampling correction).
+    """
+    args = trainer.args
+    if args.loss_type != "vespo":
+        return None
+    old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+    return trainer.get_gamma_weights(
+        advantages=loss_advantages.reshape(-1, 1),
+        log_ratio_per_token=per_token_logps.detach() - old,
+        mask=inputs["completion_mask"],
+        importance_sampling_ratio=inputs.get("importance_sampling_ratio"),
+        k_pos=args.vespo_k_pos,
+        lambda_pos=args.vespo_lambda_pos,
+        k_neg=args.vespo_k_neg,
+        lambda_neg=args.vespo_lambda_neg,
+    )  # (B, 1)

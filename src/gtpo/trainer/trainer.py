@@ -304,7 +304,7 @@ class GTPOTrainer(GRPOTrainer):
             # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
             # only when use_vllm and vllm_importance_sampling_correction (its default) are on, and it weights
             # each token's loss, as in TRL's own GRPO loss.
-            importance_weights=inputs.get("importance_sampling_ratio"),
+            importance_weights=None if args.loss_type == "vespo" else inputs.get("importance_sampling_ratio"),
             # GRPOConfig's options that compose with GTPO (docs/core.md), with TRL's own masks and KL inputs.
             delta=args.delta,
             importance_sampling_level=args.importance_sampling_level,
@@ -314,8 +314,11 @@ class GTPOTrainer(GRPOTrainer):
             ref_per_token_logps=inputs.get("ref_per_token_logps"),
             beta=args.beta,
             kl_bias_correction=bool(args.use_bias_correction_kl),
-            surrogate=args.loss_type if args.loss_type in ("cispo", "sapo") else "clip",
+            surrogate=args.loss_type if args.loss_type in ("cispo", "sapo", "vespo") else "clip",
             sapo_temperatures=(args.sapo_temperature_pos, args.sapo_temperature_neg),
+            sequence_weights=loss_options.sequence_weights(
+                self, inputs, per_token_logps, old_per_token_logps, loss_advantages
+            ),
         )
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
         # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
@@ -325,7 +328,7 @@ class GTPOTrainer(GRPOTrainer):
         # code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        if args.core_aggregation in ("dapo", "cispo"):
+        if args.core_aggregation in ("dapo", "cispo", "vespo"):
             normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
         elif args.core_aggregation == "reference":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
