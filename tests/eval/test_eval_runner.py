@@ -1,5 +1,6 @@
 """The evaluation runner end to end: tiny model on real GSM8K test problems, resume, recount, bad input."""
 
+import importlib.util
 import json
 import math
 import re
@@ -263,8 +264,9 @@ def test_batched_greedy_generation_with_left_padding_matches_one_prompt_at_a_tim
     assert batched == alone
 
 
-def test_vllm_backend_wiring_with_a_stand_in_module(monkeypatch, tmp_path, tiny_model_path):
-    """No vLLM here: a stand-in module checks the engine and sampling arguments we pass, LoRA included."""
+def test_vllm_backend_wiring_with_a_stand_in_module(monkeypatch, tmp_path, tiny_model_path, gsm8k_source):
+    """No vLLM here: a stand-in module checks the engine and sampling arguments we pass, LoRA included, and that
+    an evaluation hands vLLM every sample in one generate call (its continuous batching, not 16-sample slices)."""
     created, requests = {}, []
 
     class LLM:
@@ -298,6 +300,10 @@ def test_vllm_backend_wiring_with_a_stand_in_module(monkeypatch, tmp_path, tiny_
     lora.request = lora_request
     for name, module in {"vllm": vllm, "vllm.lora": lora, "vllm.lora.request": lora_request}.items():
         monkeypatch.setitem(sys.modules, name, module)
+    from gtpo.models import load_tokenizer
+
+    load_tokenizer(tiny_model_path)  # transformers' lazy imports ask find_spec: done before the stand-in answers
+    real_find_spec = importlib.util.find_spec
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object() if name == "vllm" else None)
 
     adapter = tmp_path / "adapter"
@@ -320,6 +326,10 @@ def test_vllm_backend_wiring_with_a_stand_in_module(monkeypatch, tmp_path, tiny_
         seed=0,
         skip_special_tokens=False,
     )
+    requests.clear()
+    monkeypatch.setattr("importlib.util.find_spec", real_find_spec)  # the stand-in answers "vllm" only
+    evaluate(make_config(tmp_path / "one-call", gsm8k_source, batch_size=5), backend=backend)
+    assert len(requests) == 1 and len(requests[0][0]) == LIMIT * N
 
 
 def test_lora_adapter_dir_and_full_checkpoint_both_load(tmp_path, tiny_model_path, problems):

