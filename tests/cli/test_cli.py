@@ -110,8 +110,8 @@ def test_invalid_choice_is_one_line(capsys):
 
 
 def test_invalid_config_value_is_one_line(capsys):
-    message = error_of(capsys, ["train", "--algorithm", "gtpo", "--beta", "0.04"])
-    assert "beta=0.04 with algorithm='gtpo'" in message
+    message = error_of(capsys, ["train", "--algorithm", "gtpo", "--entropy_coef", "0.01"])
+    assert "entropy_coef=0.01 with algorithm='gtpo'" in message and "entropy_gamma" in message
 
 
 def test_missing_recipe_file(tmp_path, capsys):
@@ -125,8 +125,8 @@ def test_unknown_command_suggests_the_right_one(capsys):
 
 
 def test_debug_flag_shows_the_traceback():
-    with pytest.raises(ValueError, match="GTPOConfig.algorithm|beta"):
-        cli.main(["--debug", "train", "--beta", "0.04"])
+    with pytest.raises(ValueError, match="entropy_coef"):
+        cli.main(["--debug", "train", "--entropy_coef", "0.01"])
 
 
 def test_no_arguments_runs_the_offline_default_recipe():
