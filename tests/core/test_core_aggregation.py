@@ -186,7 +186,8 @@ def test_two_ranks_averaged_by_ddp_give_the_single_process_gradient(aggregation)
         (dict(aggregation="sequence", max_completion_length=8), "used only by aggregation='dr_grpo'"),
         (
             dict(aggregation="token"),
-            "unknown aggregation 'token'; valid: bnpo, cispo, dapo, dr_grpo, grpo, luspo, reference, sapo, sequence, vespo",
+            "unknown aggregation 'token'; valid: bnpo, cispo, dapo, dr_grpo, grpo, luspo, reference, sapo, sequence, "
+            "vespo",
         ),
     ],
 )
