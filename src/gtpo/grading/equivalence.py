@@ -85,6 +85,28 @@ def _symbolic_equal(prediction: str, gold: str, timeout: float | None) -> bool:
     return False
 
 
+def rules_before_symbolic(pred, ref, numbers_equal) -> bool | None:
+    """Rules 1-5 of `is_equivalent` (and the safety pre-check) on two `_prepare`d answers: True or False, or None
+    when math-verify decides. ``numbers_equal(a, b)`` compares two parsed numbers: the grader's exact rule, or
+    `gtpo.grading.fingerprint`'s looser necessary condition, so that both walk the very same rules."""
+    if pred is None or ref is None:
+        return False
+    if pred.key == ref.key:
+        return True
+    if pred.number is not None and ref.number is not None:
+        return numbers_equal(pred.number, ref.number)
+    if ref.number is not None and _ARITHMETIC.search(pred.key) and not _STATES_RESULT.search(pred.key):
+        return False
+    for number, other in ((ref.number, pred), (pred.number, ref)):
+        if number is not None and other.number is None and _is_sentence(other.key):
+            last = _last_number(other.key)
+            return last is not None and numbers_equal(number, last)
+    if pred.unsafe or ref.unsafe:
+        logger.debug("not grading %.80r vs %.80r symbolically: %s", pred.latex, ref.latex, pred.unsafe or ref.unsafe)
+        return False
+    return None
+
+
 def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> bool:
     r"""Whether `prediction` is the same answer as `gold` (both as extracted, e.g. by `extract_answer`).
 
@@ -115,19 +137,7 @@ def is_equivalent(prediction: str | None, gold: str | None, *, timeout: float | 
     if not isinstance(prediction, str) or not isinstance(gold, str):
         return False
     pred, ref = _prepare(prediction), _prepare(gold)
-    if pred is None or ref is None:
-        return False
-    if pred.key == ref.key:
-        return True
-    if pred.number is not None and ref.number is not None:
-        return _numbers_equal(pred.number, ref.number)
-    if ref.number is not None and _ARITHMETIC.search(pred.key) and not _STATES_RESULT.search(pred.key):
-        return False
-    for number, other in ((ref.number, pred), (pred.number, ref)):
-        if number is not None and other.number is None and _is_sentence(other.key):
-            last = _last_number(other.key)
-            return last is not None and _numbers_equal(number, last)
-    if pred.unsafe or ref.unsafe:
-        logger.debug("not grading %.80r vs %.80r: %s", prediction, gold, pred.unsafe or ref.unsafe)
-        return False
+    verdict = rules_before_symbolic(pred, ref, _numbers_equal)
+    if verdict is not None:
+        return verdict
     return _symbolic_equal(pred.latex, ref.latex, timeout)

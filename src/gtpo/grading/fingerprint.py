@@ -29,8 +29,8 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
-from gtpo.grading.equivalence import DEFAULT_TIMEOUT_S
-from gtpo.grading.normalize import _ARITHMETIC, _STATES_RESULT, _Answer, _is_sentence, _last_number, _prepare
+from gtpo.grading.equivalence import DEFAULT_TIMEOUT_S, rules_before_symbolic
+from gtpo.grading.normalize import _Answer, _prepare
 from gtpo.grading.pool import NO_WORKER, TIMED_OUT, get_pool
 from gtpo.grading.symbolic import symbolic_fingerprint
 
@@ -79,22 +79,11 @@ def _symbolic(latex: str, timeout: float | None) -> dict | None:
 def may_be_equivalent(prediction: Fingerprint, gold: Fingerprint) -> bool:
     """False only where ``is_equivalent(prediction, gold)`` is certainly False (see the module docstring).
 
-    Mirrors `gtpo.grading.equivalence.is_equivalent` rule by rule, in its order."""
-    pred, ref = prediction.prepared, gold.prepared
-    if pred is None or ref is None:
-        return False
-    if pred.key == ref.key:
-        return True
-    if pred.number is not None and ref.number is not None:
-        return _close_numbers(pred.number, ref.number)
-    if ref.number is not None and _ARITHMETIC.search(pred.key) and not _STATES_RESULT.search(pred.key):
-        return False
-    for number, other in ((ref.number, pred), (pred.number, ref)):
-        if number is not None and other.number is None and _is_sentence(other.key):
-            last = _last_number(other.key)
-            return last is not None and _close_numbers(number, last)
-    if pred.unsafe or ref.unsafe:
-        return False
+    Walks `is_equivalent`'s own rules (`rules_before_symbolic`) with a looser number comparison, then compares
+    symbolic fingerprints where the grader would call math-verify."""
+    verdict = rules_before_symbolic(prediction.prepared, gold.prepared, _close_numbers)
+    if verdict is not None:
+        return verdict
     return _symbolic_may_match(prediction.symbolic, gold.symbolic)
 
 
