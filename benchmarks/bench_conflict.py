@@ -259,12 +259,37 @@ def head_to_head(skip_paper: bool) -> None:
     fw, bw = conflict_spans(ids, mask, adv, g)
     print(f"spans found: forward {fw.sum(-1).tolist()}, backward {bw.sum(-1).tolist()} tokens per row")
     rows = [("gtpo.core.conflict_spans", ours_time, ours_alloc, ours_rss["rss_peak_delta"])]
+    # GTPOTrainer checks its first batch in full and skips the O(N·T) checks afterwards (validate=False).
+    unchecked = lambda: conflict_spans(ids, mask, adv, g, validate=False)  # noqa: E731
+    trainer_time = median_time(unchecked, "cpu", budget_s=1.0)
+    rows.append(
+        (
+            "  trainer steps (validate=False)",
+            trainer_time,
+            allocator_peak_bytes(unchecked),
+            None,
+        )
+    )
+    # Worst case for the window-by-window search: every row is one shared sequence cut at its own length,
+    # so spans run to the end of each row and every window up to T is searched.
+    same = torch.where(mask, ids[0:1].expand_as(ids), ids)  # (G, T)
+    worst = lambda: conflict_spans(same, mask, adv, g)  # noqa: E731
+    wf, _ = worst()
+    rows.append(
+        (
+            f"  worst case (spans up to {int(wf.sum(-1).max())})",
+            median_time(worst, "cpu", budget_s=1.0),
+            allocator_peak_bytes(worst),
+            None,
+        )
+    )
     if not skip_paper:
         paper = run_child("paper", g, t, v)  # one cold call in a fresh process
         rows.insert(0, ("paper (bincount, Listing 2)", paper["time_s"], paper["alloc_peak"], paper["rss_peak_delta"]))
-    print(f"{'algorithm':<30}{'time':>14}{'extra memory (allocator peak)':>32}{'peak RSS increase':>20}")
+    print(f"{'algorithm':<34}{'time':>10}{'extra memory (allocator peak)':>32}{'peak RSS increase':>20}")
     for name, s, alloc, rss in rows:
-        print(f"{name:<30}{fmt_time(s):>14}{fmt_bytes(alloc):>32}{fmt_bytes(rss):>20}")
+        rss_text = "" if rss is None else fmt_bytes(rss)
+        print(f"{name:<34}{fmt_time(s):>10}{fmt_bytes(alloc):>32}{rss_text:>20}")
     print("(ours: median of repeated warm calls; paper: one cold call; RSS: one cold call each in a fresh process)")
     if not skip_paper:
         print(f"same spans from both: {paper['same_spans']}")
@@ -274,7 +299,10 @@ def head_to_head(skip_paper: bool) -> None:
             f"{paper['rss_peak_delta'] / max(ours_rss['rss_peak_delta'], 4096):,.0f}x "
             "(RSS, ours floored at one 4 KiB page)"
         )
-    print(f"target: < 5 ms per {g}x{t} group -> {'met' if ours_time < 5e-3 else 'NOT met'} ({fmt_time(ours_time)})")
+    print(
+        f"target: about 0.3 ms per {g}x{t} group on the trainer's path -> {fmt_time(trainer_time)} "
+        f"({'met' if trainer_time < 0.4e-3 else 'NOT met'}; times depend on the machine's load, see the docstring)"
+    )
     print()
 
 

@@ -402,3 +402,50 @@ def test_spans_and_weights_on_cuda_equal_cpu():
     assert fw_c.is_cuda and torch.equal(fw_c.cpu(), fw) and torch.equal(bw_c.cpu(), bw)
     lam = conflict_weights(fw_c, bw_c, adv.cuda())
     assert lam.is_cuda and torch.equal(lam.cpu(), conflict_weights(fw, bw, adv))
+
+
+# --------------------------------------------------------------------------------------------------
+# Window-by-window search (spans.FIRST_SPAN_WINDOW): exact whatever the window, cost ∝ span length
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_window", [1, 2, 3, 7])
+def test_spans_are_the_same_whatever_the_first_window(monkeypatch, first_window):
+    """Invariant: searching in windows of w, 8w, 64w, ... positions finds the reference spans exactly,
+    also when spans end inside, at, or across window boundaries (tiny vocabularies: long runs)."""
+    from gtpo.core import spans
+
+    monkeypatch.setattr(spans, "FIRST_SPAN_WINDOW", first_window)
+    for group_size, seed in ((2, 0), (5, 1), (12, 2), (40, 3)):
+        ids, mask, adv = random_batch(random.Random(seed), 400 // group_size, group_size, max_len=40, vocab=2)
+        assert_matches_reference(ids, mask, adv, group_size)
+
+
+@pytest.mark.parametrize("shared", [0, 1, 63, 64, 65, 575, 576, 577, 700])
+def test_long_shared_heads_and_tails_cross_the_default_windows(shared):
+    """Spans of 63-65, 575-577 tokens and whole completions (windows end at 64 and 64 + 512 = 576) are found
+    in full at the default first window of 64 positions, against the reference loop."""
+    rng = random.Random(shared)
+    head = [rng.randrange(50) for _ in range(shared)]
+    tail = [rng.randrange(50) for _ in range(shared)]
+    rows = []
+    for i in range(6):  # two positives, two negatives, a zero, and one completion that is all head
+        body = [rng.randrange(50, 1000) for _ in range(rng.randrange(0, 30))]
+        rows.append(head if i == 5 else (head + body + tail)[:700])
+    ids, mask, adv = as_tensors(rows, [1.0, 1.0, -1.0, -0.5, 0.0, 1.0], pad_id=7, width=720)
+    assert_matches_reference(ids, mask, adv, 6)
+    fw, bw = conflict_spans(ids, mask, adv, 6)
+    assert fw[0].sum().item() >= min(shared, mask[0].sum().item())  # the shared head is inside the span
+
+
+def test_skipping_validation_changes_no_span_and_the_default_still_validates():
+    """validate=False is for callers that checked their batch's producer: same spans on valid input;
+    the default still rejects a left-padded mask (the check is not weakened for everyone else)."""
+    ids, mask, adv = random_batch(random.Random(9), 50, 4, max_len=30, vocab=3)
+    checked = conflict_spans(ids, mask, adv, 4)
+    unchecked = conflict_spans(ids, mask.int(), adv, 4, validate=False)
+    assert torch.equal(checked[0], unchecked[0]) and torch.equal(checked[1], unchecked[1])
+    left_padded = mask.flip(-1)  # some rows are shorter than T, so their valid tokens now follow padding
+    assert not left_padded.all()
+    with pytest.raises(ValueError, match="right-padded"):
+        conflict_spans(ids, left_padded, adv, 4)

@@ -55,6 +55,8 @@ def _partners_by_pairs(keys: Tensor, g: int, budget: int) -> Tensor:
     partner = k ^ 1  # (n_groups, G, T')
     hits = torch.empty(k.shape, dtype=torch.bool, device=keys.device)  # (n_groups, G, T')
     step = max(1, budget // max(1, k.shape[0] * g * g))  # positions per chunk of the (.., G, G, t) compare
+    if step >= width:  # one chunk: no copy into a result buffer
+        return (partner[:, :, None] == k[:, None]).any(dim=2).view(n_rows, width)  # (N, T')
     for s in range(0, width, step):
         same = partner[:, :, None, s : s + step] == k[:, None, :, s : s + step]  # (n_groups, G, G, t)
         hits[:, :, s : s + step] = same.any(dim=2)  # (n_groups, G, t)

@@ -20,10 +20,21 @@ from gtpo.core.checks import (
 )
 from gtpo.core.conflicts import aligned_conflicts
 
-
 # 2. Conflict spans (Sec. 5.1) ---------------------------------------------------------------------
+# Spans are searched window by window from each end: the first window has this many aligned positions,
+# each next one is 8x wider, and a window is searched only while some span reaches its start. Spans are
+# usually a handful of tokens (a shared format tag, a shared ending), so a call usually reads 2x64 aligned
+# positions instead of 2T, and the windows are disjoint, so a call never does more than one full pass.
+FIRST_SPAN_WINDOW = 64
+
+
 def conflict_spans(
-    completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    group_size: int,
+    *,
+    validate: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Forward (leading) and backward (trailing) conflict spans M^fw, M^bw of each completion, Sec. 5.1.
 
@@ -34,11 +45,18 @@ def conflict_spans(
     Rows with A=0 (`advantage_signs`), padding and empty completions are never in a span. Validity comes
     from ``completion_mask`` only, never from a pad id (often EOS, itself a genuine conflict token).
 
+    Cost: O(N·G·W) comparisons (sorting above G=32: O(N·log G·W)), W the aligned positions searched:
+    64 when every span is shorter, then 64+512, 64+512+4096, ... up to T, never more than one pass; plus
+    O(N·T) for the lengths, the outputs and, with ``validate``, the checks.
+
     Args:
         completion_ids: (N, T) integer token ids, right-padded (as in TRL).
         completion_mask: (N, T) bool or 0/1, True at valid tokens.
         advantages: (N,) floats; only their signs count.
         group_size: G, the completions per prompt (rows g*G .. g*G+G-1 form group g).
+        validate: check the inputs (`validate_group_batch`: shapes, integer ids >= 0, a 0/1 right-padded
+            mask, finite advantages, whole groups). Only a caller that has already checked this batch's
+            producer passes False (GTPOTrainer checks its first batch; TRL builds the rest the same way).
 
     Returns:
         (forward, backward): two (N, T) bool tensors, the spans M^fw and M^bw.
@@ -48,28 +66,40 @@ def conflict_spans(
     >>> fw.int().tolist(), bw.int().tolist()
     ([[1, 0, 0], [1, 0, 0]], [[0, 0, 1], [0, 0, 1]])
     """
-    valid = validate_group_batch(completion_ids, completion_mask, advantages, group_size)  # (N, T)
-    t = completion_ids.shape[1]
-    ids = completion_ids.long()  # (N, T)
-    lengths = valid.sum(dim=-1)  # (N,) |o_i|
-
-    # Keys 2v (A>0), 2v+1 (A<0), -1 (A=0 or padding): see core_conflicts.aligned_conflicts.
+    if validate:
+        valid = validate_group_batch(completion_ids, completion_mask, advantages, group_size)  # (N, T)
+    else:
+        valid = completion_mask if completion_mask.dtype == torch.bool else completion_mask != 0  # (N, T)
+    n, t = completion_ids.shape
+    device = completion_ids.device
+    lengths = valid.sum(dim=-1, keepdim=True)  # (N, 1) |o_i|
     signs = _signs(advantages, group_size)  # (N,) zero up to rounding -> 0, the one sign rule
-    sign_bit = (signs < 0).long().unsqueeze(-1)  # (N, 1)
-    takes_part = valid & (signs != 0).unsqueeze(-1)  # (N, T)
-    fw_keys = torch.where(takes_part, 2 * ids + sign_bit, -1)  # (N, T)
-    # Backward alignment: offset r reads position |o_i| - 1 - r. With right padding, offset r is valid
-    # exactly where position r is, so `takes_part` masks both layouts.
-    pos = torch.arange(t, device=completion_ids.device)  # (T,)
-    from_end = (lengths.unsqueeze(-1) - 1 - pos).clamp_(min=0)  # (N, T)
-    bw_keys = torch.where(takes_part, fw_keys.gather(1, from_end), -1)  # (N, T)
+    sign_bit = (signs < 0).long().view(n, 1, 1)  # (N, 1, 1)
+    takes_part = (signs != 0).view(n, 1, 1)  # (N, 1, 1)
 
-    hits = aligned_conflicts(torch.cat([fw_keys, bw_keys], dim=1), group_size)  # (N, 2T)
-    # Span length = length of the leading run of conflicts (a running AND); padding stops it.
-    fw_len = hits[:, :t].cummin(dim=-1).values.sum(dim=-1, keepdim=True)  # (N, 1)
-    bw_len = hits[:, t:].cummin(dim=-1).values.sum(dim=-1, keepdim=True)  # (N, 1)
-    forward = pos < fw_len  # (N, T)
-    backward = (pos >= lengths.unsqueeze(-1) - bw_len) & valid  # (N, T)
+    span = torch.zeros(n, 2, dtype=torch.long, device=device)  # (N, 2) forward, backward span lengths so far
+    start, width = 0, FIRST_SPAN_WINDOW
+    while start < t:
+        stop = min(t, start + width)
+        pos = torch.arange(start, stop, device=device)  # (w,) aligned positions, from the start or the end
+        from_end = (lengths - 1 - pos).clamp_(min=0)  # (N, w) position |o_i| - 1 - r of offset r
+        aligned = torch.stack([completion_ids[:, start:stop], completion_ids.gather(1, from_end)], dim=1)  # (N, 2, w)
+        # With right padding, aligned position p (or offset p from the end) is valid exactly when p < |o_i|.
+        inside = takes_part & (pos < lengths).unsqueeze(1)  # (N, 1, w)
+        # Keys 2v (A>0), 2v+1 (A<0), -1 (A=0 or padding): see gtpo.core.conflicts.aligned_conflicts.
+        keys = torch.where(inside, aligned.long() * 2 + sign_bit, -1)  # (N, 2, w)
+        hits = aligned_conflicts(keys.view(n, 2 * (stop - start)), group_size).view(keys.shape)  # (N, 2, w)
+        # A span grows only in rows whose run reached this window's start; its growth is the leading run
+        # of conflicts in the window (a running AND); padding and A=0 rows stop it.
+        span += torch.where(span == start, hits.cummin(dim=-1).values.sum(dim=-1), 0)  # (N, 2)
+        start, width = stop, 8 * width
+        # One host sync per window: search on only while some span may still grow past this window.
+        if start >= t or not bool(((span == start) & (lengths > start)).any()):
+            break
+
+    pos = torch.arange(t, device=device)  # (T,)
+    forward = pos < span[:, :1]  # (N, T)
+    backward = (pos >= lengths - span[:, 1:]) & valid  # (N, T)
     return forward, backward
 
 

@@ -141,6 +141,7 @@ class GTPOTrainer(GRPOTrainer):
         self.initial_entropy: float | None = args.initial_entropy
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None
         self._initial_entropy_prompts: int | None = None
+        self._span_inputs_checked: set[str] = set()  # modes whose first span batch passed the full checks
 
     # ------------------------------------------------------------------ generation: conflict spans
 
@@ -162,7 +163,13 @@ class GTPOTrainer(GRPOTrainer):
         all_ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=self._tokenizer.pad_token_id))
         all_mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
         all_advantages = acc.gather(advantages)  # rank-ordered, as TRL computed them before slicing
-        forward, backward = core.conflict_spans(all_ids, all_mask, all_advantages, group_size)  # (N, T_max)
+        # Check the first batch of each mode in full (a custom rollout_func could break TRL's layout); later
+        # batches come from the same producer, so the O(N·T) checks and their host sync leave the hot path.
+        validate = mode not in self._span_inputs_checked
+        forward, backward = core.conflict_spans(
+            all_ids, all_mask, all_advantages, group_size, validate=validate
+        )  # (N, T_max)
+        self._span_inputs_checked.add(mode)
         rows = slice(acc.process_index * n_local, (acc.process_index + 1) * n_local)  # TRL's process_slice
         return forward[rows, :length], backward[rows, :length]
 

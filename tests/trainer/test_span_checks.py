@@ -1,0 +1,69 @@
+"""GTPOTrainer checks the span inputs of its first batch in full, then keeps the O(N·T) checks out of the
+per-step path (issue 21: conflict_spans's cost), without losing the check a custom rollout needs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gtpo.core import checks as core_checks
+from gtpo.core import spans as core_spans
+from gtpo.trainer.trainer import GTPOTrainer
+
+
+class _OneProcess:
+    """The accelerator calls `_local_conflict_spans` makes, on one process."""
+
+    process_index = 0
+
+    def gather(self, t):
+        return t
+
+    def pad_across_processes(self, t, dim, pad_index):
+        return t
+
+
+def _fake_trainer(training: bool = True):
+    return SimpleNamespace(
+        model=SimpleNamespace(training=training),
+        num_generations=2,
+        num_generations_eval=2,
+        accelerator=_OneProcess(),
+        _tokenizer=SimpleNamespace(pad_token_id=0),
+        _span_inputs_checked=set(),
+    )
+
+
+def _output(mask):
+    ids = torch.tensor([[5, 7, 9], [5, 8, 9]])
+    return {"completion_ids": ids, "completion_mask": mask, "advantages": torch.tensor([1.0, -1.0])}
+
+
+def test_first_batch_of_each_mode_is_checked_later_ones_are_not(monkeypatch):
+    calls = []
+    real = core_checks.validate_group_batch
+
+    def counting(*args):
+        calls.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(core_spans, "validate_group_batch", counting)
+    trainer = _fake_trainer()
+    good = torch.ones(2, 3, dtype=torch.int64)
+    for _ in range(3):
+        forward, backward = GTPOTrainer._local_conflict_spans(trainer, _output(good))
+    assert len(calls) == 1  # train mode: its first batch only
+    # The spans themselves are the checked call's: token 5 leads and 9 ends both rows (hand-derived).
+    assert forward.int().tolist() == [[1, 0, 0], [1, 0, 0]] and backward.int().tolist() == [[0, 0, 1], [0, 0, 1]]
+    trainer.model.training = False
+    GTPOTrainer._local_conflict_spans(trainer, _output(good))
+    GTPOTrainer._local_conflict_spans(trainer, _output(good))
+    assert len(calls) == 2  # eval mode has its own first batch (its own group size)
+
+
+def test_a_left_padded_first_batch_is_refused():
+    left_padded = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    with pytest.raises(ValueError, match="right-padded"):
+        GTPOTrainer._local_conflict_spans(_fake_trainer(), _output(left_padded))
