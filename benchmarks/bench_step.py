@@ -4,13 +4,16 @@
     python benchmarks/bench_step.py --model smollm2          # CPU, SmolLM2-135M with LoRA (~10 min on 2 cores)
     python benchmarks/bench_step.py --model qwen1.5b-shape --device cuda   # GPU: Qwen2.5-1.5B shape, G=8, 1024 tokens
     python benchmarks/bench_step.py --model tiny --temperature 0.7   # + GTPO's temperature-1 entropy pass
+    python benchmarks/bench_step.py --model tiny --option loss_type=cispo   # a GRPOConfig option in both arms
 
 At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
 which costs a second pass of the LM head (not of the model) over the same hidden states
 (`gtpo.trainer.untempered`); at temperature 1 that pass is skipped.
 
 Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
-TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model).
+TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model). Each
+`--option KEY=VALUE` is set in both (e.g. `delta=2.0`, `loss_type=sapo`, `beta=0.04`: GTPO with that
+GRPOConfig option against GRPO with the same option; issue 21's "ratio ≤ 1.05 with each option").
 Completions are forced to `max_completion_length` tokens (`min_new_tokens`), so both generate the
 same number of tokens whatever the policy.
 
@@ -76,6 +79,14 @@ def parse_args(argv=None):
     parser.add_argument("--completion-length", type=int, default=None, help="override completion tokens")
     parser.add_argument("--generations", type=int, default=None, help="override G")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (TRL's default 1.0)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a GRPOConfig option set in both arms (repeatable; VALUE read as YAML), e.g. delta=2.0, "
+        "loss_type=cispo, importance_sampling_level=sequence, top_entropy_quantile=0.2, beta=0.04",
+    )
     parser.add_argument("--child", choices=("gtpo", "grpo", "paired"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--first", choices=("gtpo", "grpo"), default="gtpo", help=argparse.SUPPRESS)
@@ -121,6 +132,19 @@ def _dataset(n: int):
         for i in range(n)
     ]
     return Dataset.from_dict({"prompt": prompts, "answer": [str(3 * i) for i in range(n)]})
+
+
+def _options(options) -> dict:
+    """--option KEY=VALUE pairs as GRPOConfig keyword arguments (values parsed as YAML: 2.0, sequence, true)."""
+    import yaml
+
+    parsed = {}
+    for item in options.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option {item!r}: write KEY=VALUE, e.g. --option delta=2.0")
+        parsed[key.strip()] = yaml.safe_load(value)
+    return parsed
 
 
 def _settings(options) -> dict:
@@ -174,10 +198,11 @@ def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
             task_type="CAUSAL_LM",
         )
+    extra = _options(options)  # the same GRPOConfig options in both arms
     if algorithm == "gtpo":
-        args, trainer_cls = GTPOConfig(**common, initial_entropy_prompts=prompts * 4), GTPOTrainer
+        args, trainer_cls = GTPOConfig(**common, initial_entropy_prompts=prompts * 4, **extra), GTPOTrainer
     else:
-        args, trainer_cls = GRPOConfig(**common, loss_type="grpo", beta=0.0), GRPOTrainer
+        args, trainer_cls = GRPOConfig(**common, **{"loss_type": "grpo", "beta": 0.0, **extra}), GRPOTrainer
     trainer = trainer_cls(
         model=model,
         reward_funcs=[*get_reward_funcs(("format", "accuracy")), spread_reward],
@@ -187,7 +212,7 @@ def _make_trainer(options, algorithm: str, model, tokenizer, callbacks):
         peft_config=peft_config,
         callbacks=callbacks,
     )
-    assert trainer.ref_model is None
+    assert (trainer.ref_model is None) == (args.beta == 0.0)  # a reference model only for a KL term
     return trainer
 
 
@@ -348,6 +373,8 @@ def _child(options, child: str, out: Path, env: dict, first: str = "gtpo") -> di
     ):
         if value:
             command += [flag, str(value)]
+    for item in options.option:
+        command += ["--option", item]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -381,6 +408,7 @@ def main(argv=None) -> None:
         f"{settings['completion']} completion tokens, "
         f"{'LoRA r=' + str(settings['lora']) if settings['lora'] else 'full fine-tuning'}, "
         f"temperature {options.temperature}, {options.warmup} warm-up + {options.steps} measured steps, "
+        f"options in both arms {_options(options) or 'none'}, "
         f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
