@@ -16,7 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:?usage: scripts/run_study.sh NAME (smollm2-synthetic-lr2e-4 or smollm2-synthetic-lr1e-3)}
 study=studies/$name
+# Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
+# its code commit, dtype bfloat16 -> auto, is overridden by --dtype float32). Later studies pin a copy of the
+# recipe of their code commit in the study folder (studies/NAME/recipe.yaml), so no edit can change them.
 recipe=recipes/smollm2/synthetic/gtpo.yaml
+pinned_recipe=$study/recipe.yaml
 
 case $name in
     smollm2-synthetic-lr2e-4)
@@ -29,6 +33,7 @@ case $name in
     smollm2-synthetic-lr1e-3)
         # The stress setting of the first, partial study: lr 1e-3, three arms, no held-out evaluation; float32
         # for the reason above (the partial study ran in bf16 on a CPU with bf16 units).
+        recipe=$pinned_recipe
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
               --variant 'entropy-only:--conflict_correction false' --seeds 0 1 2
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 40 --dtype float32) ;;
@@ -44,6 +49,9 @@ if [ ! -d "$code" ]; then
     git worktree add --detach "$code" "$commit"
 fi
 bash "$code/scripts/setup.sh"
+if [ "$recipe" = "$pinned_recipe" ] && [ ! -f "$pinned_recipe" ]; then
+    cp "$code/recipes/smollm2/synthetic/gtpo.yaml" "$pinned_recipe"
+fi
 python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
 
 # After each finished (and evaluated) run: refresh the summary and commit the run's small files with it.
@@ -53,6 +61,7 @@ set -e
 [ -n "\${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
     if git add -- "\$GTPO_RUN_DIR/run.json" "\$GTPO_RUN_DIR/metrics.jsonl" "\$GTPO_RUN_DIR/eval" "$study/compare.json" "$study/code-commit" "$study/summary.md" \
+            \$( [ -f "$pinned_recipe" ] && echo "$pinned_recipe" ) \
             "$study/summary.json" "$study/figures" \
         && git commit -q -m "study $name: \${GTPO_RUN_DIR#$study/runs/} finished" -- "$study"; then
         exit 0
