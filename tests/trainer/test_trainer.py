@@ -561,14 +561,17 @@ def test_measuring_initial_entropy_leaves_the_training_samples_unchanged(tmp_pat
 
 
 def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_completions():
-    """Rank r takes prompts r*k .. r*k+k-1 (k = ceil(n / ranks)); indices past n repeat a prompt with weight 0
-    so every rank runs the same collective calls; empty completions have no ⟨H⟩_i and count for nothing."""
+    """Rank r takes prompts r, r + ranks, ...; every generation call gets the training generation batch's
+    row count (per_device_train_batch_size × steps_per_generation = 2 here), and indices past n repeat a
+    prompt with weight 0, so every rank runs the same calls; empty completions have no ⟨H⟩_i."""
     from types import SimpleNamespace
 
     lengths = {0: 1, 1: 2, 2: 3, 3: 2, 4: 0}  # prompt 4 samples an empty completion
+    calls = []
 
     def fake_trainer(rank, world, reduced):
         def generate(prompts):  # TRL's _generate: (prompt_ids, completion_ids, tool_mask, completions, ...)
+            calls.append(list(prompts))
             prompt_ids = [[j + 1] for j in prompts]
             return prompt_ids, [[7] * lengths[j] for j in prompts], None, None, None, {}, None, []
 
@@ -606,10 +609,13 @@ def test_initial_entropy_spreads_prompts_over_ranks_and_skips_repeats_and_empty_
     reduced = []
     assert entropy_init.measure_initial_entropy(fake_trainer(0, 1, reduced), prompts) == pytest.approx(2.0)
     assert reduced == [[0.5 + 1.5 + 2.5 + 3.5, 4.0] * 2]  # [Σ, count] kept, then non-empty (the same here)
-    reduced = []
+    assert calls == [[0, 1], [2, 3], [4, 0]]  # full calls of 2; the last pads with prompt 0 (weight 0)
+    reduced, calls[:] = [], []
     for rank in (0, 1):
         entropy_init.measure_initial_entropy(fake_trainer(rank, 2, reduced), prompts)
-    assert reduced == [[0.5 + 1.5 + 2.5, 3.0] * 2, [3.5, 1.0] * 2]  # rank 1: prompts 3, 4 (empty), 0 (repeat, weight 0)
+    # Rank 0: prompts 0, 2, 4 (empty), 1 (a repeat, weight 0); rank 1: 1, 3, then 0 and 2 (repeats).
+    assert calls == [[0, 2], [4, 1], [1, 3], [0, 2]]
+    assert reduced == [[0.5 + 2.5, 2.0] * 2, [1.5 + 3.5, 2.0] * 2]
 
 
 class StopAt(TrainerCallback):

@@ -30,10 +30,11 @@ class CountingRollout:
     """A rollout_func (TRL's signature) that counts its calls and records the model's mode when called."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.calls, self.training_flags, self.rows = tokenizer, 0, [], []
+        self.tokenizer, self.calls, self.training_flags, self.rows, self.batch_sizes = tokenizer, 0, [], [], []
 
     def __call__(self, prompts, trainer):
         self.calls += 1
+        self.batch_sizes.append(len(prompts))
         self.training_flags.append(trainer.model.training)
         prompt_ids, completion_ids = [], []
         for messages in prompts:
@@ -85,15 +86,19 @@ def _measure(model_path, tmp_path, n=6, **overrides):
     return trainer, rollout
 
 
-def _expected(model_path, rollout, only_finished: bool) -> float:
-    values = [_plain_entropy(model_path, p, c) for p, c, finished in rollout.rows if finished or not only_finished]
+def _expected(model_path, rollout, only_finished: bool, n: int = 6) -> float:
+    """Over the first n rows: the n prompts measured; rows after them pad the last call (weight 0)."""
+    rows = rollout.rows[:n]
+    values = [_plain_entropy(model_path, p, c) for p, c, finished in rows if finished or not only_finished]
     return sum(values) / len(values)
 
 
 def test_initial_entropy_goes_through_rollout_func_and_masks_truncated_completions(tmp_path, sharp_model):
     trainer, rollout = _measure(sharp_model, tmp_path, temperature=0.7, mask_truncated_completions=True)
-    assert rollout.calls == 2 and len(rollout.rows) == 6  # 6 prompts in chunks of 4, one completion each
-    assert sum(finished for *_, finished in rollout.rows) == 3
+    # 6 prompts, one completion each, in calls of 4 rows (a training generation batch: 4 x 1 step); the
+    # second call is padded with prompts 0 and 1 again, which count for nothing.
+    assert rollout.calls == 2 and rollout.batch_sizes == [4, 4] and len(rollout.rows) == 8
+    assert sum(finished for *_, finished in rollout.rows[:6]) == 3
     masked = trainer.initial_entropy
     assert masked == pytest.approx(_expected(sharp_model, rollout, only_finished=True), abs=1e-4)
     assert trainer._metrics["eval"] == {} and trainer._metrics["train"] == {}  # generation metrics discarded

@@ -118,11 +118,14 @@ def measure_initial_entropy(trainer, rows: list) -> float:
     accelerator = trainer.accelerator
     device = accelerator.device
     n, world, rank = len(rows), accelerator.num_processes, accelerator.process_index
-    per_rank = math.ceil(n / world)
-    # Every rank takes `per_rank` prompts; indices past n repeat earlier prompts and get weight 0, so that
-    # all ranks run the same collective calls.
-    indices = [rank * per_rank + j for j in range(per_rank)]
+    # Every call to the generation entry point gets the row count of a training generation batch
+    # (per_device_train_batch_size × steps_per_generation), since a rollout_func may assume it: each rank
+    # takes prompts rank, rank + world, ... up to whole calls; indices past n repeat earlier prompts with
+    # weight 0, so every call is full and all ranks run the same collective calls. (Training's rows hold
+    # each prompt G times; here each prompt once, which is what Eq. 6's mean over prompts needs.)
     chunk = max(1, trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation)
+    per_rank = math.ceil(math.ceil(n / world) / chunk) * chunk
+    indices = [rank + world * j for j in range(per_rank)]
     pad_id = trainer._tokenizer.pad_token_id
     stop_ids = [*trainer.eos_token_ids, pad_id]
     untempered_on = bool(getattr(trainer.args, "untempered_entropy", False))
