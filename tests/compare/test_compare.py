@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -322,6 +323,56 @@ def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_comple
     # Other evaluation settings for the same study are refused rather than mixed in.
     with pytest.raises(ValueError, match="evaluates with"):
         compare.write_or_check_spec(Spec(spec.arms, [0], eval={**settings, "n": 4}), out)
+
+
+def test_a_finished_run_whose_model_is_gone_before_its_evaluation_is_trained_again(tmp_path):
+    """Weights are never committed. A run that finished training but not its held-out evaluation when the
+    machine went away comes back as run.json + metrics.jsonl without model/: continuing the study must train
+    it again (then evaluate it and call the hook), not fail on a missing model every time. A run that was
+    evaluated needs no model and stays done."""
+    import sys
+
+    fake = tmp_path / "fake_gtpo.py"  # the gtpo CLI stand-in: logs its verb and run, writes what it would
+    fake.write_text(
+        "import json, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "out = pathlib.Path(args[args.index('--output_dir') + 1])\n"
+        "with pathlib.Path(sys.argv[0]).with_name('calls.log').open('a') as f:\n"
+        "    f.write(args[0] + ' ' + str(out) + '\\n')\n"
+        "if args[0] == 'train':\n"
+        "    out.mkdir(parents=True, exist_ok=True); (out / 'model').mkdir()\n"
+        "    (out / 'run.json').write_text(json.dumps({'status': 'finished', 'args': {\n"
+        "        'GTPOConfig': {'max_steps': 1, 'max_completion_length': 8},\n"
+        "        'TrainScriptArguments': {'task': 'synthetic'}, 'ModelConfig': {'dtype': 'float32'}}}))\n"
+        "    (out / 'metrics.jsonl').write_text(json.dumps({'step': 1, 'reward': 1.0}) + '\\n')\n"
+        "else:\n"
+        "    (out / 'synthetic').mkdir(parents=True)\n"
+        "    results = {'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}}\n"
+        "    (out / 'synthetic' / 'results.json').write_text(json.dumps(results))\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_steps: 1\n")
+    out = tmp_path / "study"
+    spec = Spec([Arm("a", str(recipe)), Arm("b", str(recipe))], [0, 1], eval=dict(compare.EVAL_DEFAULTS))
+    compare.write_or_check_spec(spec, out)
+    launcher = [sys.executable, str(fake)]
+    assert compare.run_all(spec, out, launcher) == []
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    # A fresh machine: no run has its weights. a/seed0 also lost its evaluation (shut down mid-eval).
+    for folder in out.glob("runs/*/seed*"):
+        shutil.rmtree(folder / "model")
+    shutil.rmtree(compare.run_dir(out, "a", 0) / "eval")
+    actions = {(arm.name, seed): action for arm, seed, action, _ in compare.plan(spec, out)}
+    assert actions == {("a", 0): "retrain", ("b", 0): "done", ("a", 1): "done", ("b", 1): "done"}
+    assert compare.run_all(spec, out, launcher) == []
+    a0 = compare.run_dir(out, "a", 0)
+    assert log.read_text().split() == ["train", str(a0), "eval", str(a0 / "eval")]  # only a/seed0, then its eval
+    assert (compare.run_dir(out, "a", 0) / "eval" / "synthetic" / "results.json").is_file()
+    # Without held-out evaluation in the study, a missing model changes nothing.
+    no_eval = Spec(spec.arms, spec.seeds)
+    shutil.rmtree(compare.run_dir(out, "a", 0) / "eval")
+    assert {action for *_, action, _ in compare.plan(no_eval, out)} == {"done"}
 
 
 def test_run_record_names_the_git_commit_of_the_code_that_runs():

@@ -163,8 +163,21 @@ def train_command(
     return command
 
 
+def _unevaluable(spec: Spec, folder: Path) -> bool:
+    """A finished run the study still has to evaluate whose model/ is gone: weights are never committed, so
+    a study continued on another machine (or after one was shut down mid-evaluation) has its run.json and
+    metrics.jsonl but nothing to evaluate. Training it again is the only way to complete it."""
+    if spec.eval is None or (folder / "model").is_dir():
+        return False
+    task = (
+        spec.eval.get("task") or json.loads((folder / "run.json").read_text())["args"]["TrainScriptArguments"]["task"]
+    )
+    return not (folder / "eval" / task / "results.json").is_file()
+
+
 def plan(spec: Spec, out: Path) -> list[tuple[Arm, int, str, Path | None]]:
-    """Every run with what to do: ('done', None), ('resume', checkpoint) or ('start', None).
+    """Every run with what to do: ('done', None), ('resume', checkpoint), ('start', None) or ('retrain', None)
+    (finished, but its held-out evaluation is missing and so is the model it needs).
 
     Seeds go in the outer loop, so that an interrupted study has whole seeds of every arm (paired data)."""
     todo = []
@@ -173,7 +186,7 @@ def plan(spec: Spec, out: Path) -> list[tuple[Arm, int, str, Path | None]]:
             folder = run_dir(out, arm.name, seed)
             status = run_status(folder)
             if status == "finished":
-                todo.append((arm, seed, "done", None))
+                todo.append((arm, seed, "retrain" if _unevaluable(spec, folder) else "done", None))
                 continue
             checkpoint = latest_checkpoint(folder) if folder.is_dir() else None
             todo.append((arm, seed, "resume" if checkpoint else "start", checkpoint))
@@ -216,6 +229,13 @@ def run_all(spec: Spec, out: Path, launcher: list[str], after_run: str | None = 
             if (folder / "metrics.jsonl").is_file():  # the resumed run logs the later steps again
                 prepare_for_resume(folder / "metrics.jsonl", int(checkpoint.name.split("-")[-1]))
             logger.info("%s: resuming from %s", name, checkpoint)
+        elif action == "retrain":
+            logger.warning(
+                "%s: finished, but its model/ is gone and it has no held-out results yet (weights are not "
+                "committed): training it again from the start",
+                name,
+            )
+            shutil.rmtree(folder)
         elif folder.exists():
             # Interrupted before its first checkpoint: nothing to resume, start it afresh.
             logger.info("%s: no complete checkpoint in %s, starting afresh", name, folder)
