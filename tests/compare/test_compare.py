@@ -264,13 +264,10 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     assert [p.stat().st_mtime_ns for p in argvs] == before
 
 
-def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_complete(tmp_path):
-    """With eval settings in the spec, run_all trains a run, evaluates it, then calls --after-run, before the
-    next run starts: a study stopped between runs has every finished run complete (issue 18). The settings
-    live in compare.json, so a continued study (spec read back) evaluates with the same ones."""
-    import sys
-
-    fake = tmp_path / "fake_gtpo.py"  # stands in for the gtpo CLI: appends its verb and run to a shared log
+def _fake_gtpo(tmp_path: Path) -> Path:
+    """A stand-in for the gtpo CLI: appends its verb and output folder to tmp_path/calls.log; `train` writes a
+    finished one-step run (model/ included), `eval` the results.json gtpo eval would, with its argv."""
+    fake = tmp_path / "fake_gtpo.py"
     fake.write_text(
         "import json, pathlib, sys\n"
         "args = sys.argv[1:]\n"
@@ -288,6 +285,16 @@ def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_comple
         "    (out / 'synthetic' / 'results.json').write_text(json.dumps(\n"
         "        {'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}, 'argv': args}))\n"
     )
+    return fake
+
+
+def test_each_run_is_evaluated_right_after_it_trains_and_the_hook_sees_it_complete(tmp_path):
+    """With eval settings in the spec, run_all trains a run, evaluates it, then calls --after-run, before the
+    next run starts: a study stopped between runs has every finished run complete (issue 18). The settings
+    live in compare.json, so a continued study (spec read back) evaluates with the same ones."""
+    import sys
+
+    fake = _fake_gtpo(tmp_path)
     recipe = tmp_path / "r.yaml"
     recipe.write_text("max_steps: 1\n")
     out = tmp_path / "study"
@@ -332,24 +339,7 @@ def test_a_finished_run_whose_model_is_gone_before_its_evaluation_is_trained_aga
     evaluated needs no model and stays done."""
     import sys
 
-    fake = tmp_path / "fake_gtpo.py"  # the gtpo CLI stand-in: logs its verb and run, writes what it would
-    fake.write_text(
-        "import json, pathlib, sys\n"
-        "args = sys.argv[1:]\n"
-        "out = pathlib.Path(args[args.index('--output_dir') + 1])\n"
-        "with pathlib.Path(sys.argv[0]).with_name('calls.log').open('a') as f:\n"
-        "    f.write(args[0] + ' ' + str(out) + '\\n')\n"
-        "if args[0] == 'train':\n"
-        "    out.mkdir(parents=True, exist_ok=True); (out / 'model').mkdir()\n"
-        "    (out / 'run.json').write_text(json.dumps({'status': 'finished', 'args': {\n"
-        "        'GTPOConfig': {'max_steps': 1, 'max_completion_length': 8},\n"
-        "        'TrainScriptArguments': {'task': 'synthetic'}, 'ModelConfig': {'dtype': 'float32'}}}))\n"
-        "    (out / 'metrics.jsonl').write_text(json.dumps({'step': 1, 'reward': 1.0}) + '\\n')\n"
-        "else:\n"
-        "    (out / 'synthetic').mkdir(parents=True)\n"
-        "    results = {'ks': [1], 'pass@k': {'1': 0.5}, 'maj@k': {'1': 0.5}}\n"
-        "    (out / 'synthetic' / 'results.json').write_text(json.dumps(results))\n"
-    )
+    fake = _fake_gtpo(tmp_path)
     recipe = tmp_path / "r.yaml"
     recipe.write_text("max_steps: 1\n")
     out = tmp_path / "study"
