@@ -60,7 +60,9 @@ set -e
 "$python" -m gtpo.cli compare --output-dir "$study" --aggregate-only > /dev/null
 [ -n "\${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
-    if git add -- "\$GTPO_RUN_DIR/run.json" "\$GTPO_RUN_DIR/metrics.jsonl" "\$GTPO_RUN_DIR/eval" "$study/compare.json" "$study/code-commit" "$study/summary.md" \
+    # eval/ only where the study evaluates (study B does not); the pinned recipe only where there is one.
+    if git add -- "\$GTPO_RUN_DIR/run.json" "\$GTPO_RUN_DIR/metrics.jsonl" "$study/compare.json" "$study/code-commit" "$study/summary.md" \
+            \$( [ -d "\$GTPO_RUN_DIR/eval" ] && echo "\$GTPO_RUN_DIR/eval" ) \
             \$( [ -f "$pinned_recipe" ] && echo "$pinned_recipe" ) \
             "$study/summary.json" "$study/figures" \
         && git commit -q -m "study $name: \${GTPO_RUN_DIR#$study/runs/} finished" -- "$study"; then
