@@ -55,23 +55,6 @@ fi
 python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
 
 # After each finished (and evaluated) run: refresh the summary and commit the run's small files with it.
-after_run=$(cat <<HOOK
-set -e
-"$python" -m gtpo.cli compare --output-dir "$study" --aggregate-only > /dev/null
-[ -n "\${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0
-for attempt in 1 2 3 4 5 6 7 8 9 10; do
-    # eval/ only where the study evaluates (study B does not); the pinned recipe only where there is one.
-    if git add -- "\$GTPO_RUN_DIR/run.json" "\$GTPO_RUN_DIR/metrics.jsonl" "$study/compare.json" "$study/code-commit" "$study/summary.md" \
-            \$( [ -d "\$GTPO_RUN_DIR/eval" ] && echo "\$GTPO_RUN_DIR/eval" ) \
-            \$( [ -f "$pinned_recipe" ] && echo "$pinned_recipe" ) \
-            "$study/summary.json" "$study/figures" \
-        && git commit -q -m "study $name: \${GTPO_RUN_DIR#$study/runs/} finished" -- "$study"; then
-        exit 0
-    fi
-    sleep 10  # another git command holds the index: try again
-done
-exit 1
-HOOK
-)
+after_run="scripts/commit_study_run.sh $study $python"
 echo "run_study.sh: $name at $(date -u +%FT%TZ), code $commit"
 "$python" -m gtpo.cli compare --output-dir "$study" --after-run "$after_run" "${args[@]}"

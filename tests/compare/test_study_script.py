@@ -1,0 +1,117 @@
+"""scripts/commit_study_run.sh, the hook scripts/run_study.sh gives `gtpo compare --after_run`: after each finished
+run it commits exactly that run's small files (run.json, metrics.jsonl, eval/ where the study evaluates) with the
+refreshed summary, never checkpoints or weights. Study B evaluates nothing: its first run's hook once failed on
+the missing eval/ and left the run uncommitted (issue 18). Run here in a throwaway git repository, with a stand-in
+for the pinned interpreter that writes the summary files the real aggregation would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = ROOT / "scripts" / "commit_study_run.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(HOOK, repo / "scripts" / HOOK.name)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
+    study = repo / "studies" / "s"
+    study.mkdir(parents=True)
+    (study / "compare.json").write_text("{}")
+    (study / "code-commit").write_text("0" * 40 + "\n")
+    # Stands in for the pinned python: checks it is asked to aggregate, writes what aggregation writes.
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"-m gtpo.cli compare --output-dir studies/s --aggregate-only"*) ;; *) exit 3 ;; esac\n'
+        "mkdir -p studies/s/figures && echo summary > studies/s/summary.md && echo {} > studies/s/summary.json\n"
+        "echo png > studies/s/figures/reward.png\n"
+    )
+    fake.chmod(0o755)
+    return repo, fake
+
+
+def _finished_run(repo: Path, arm: str, with_eval: bool) -> str:
+    run = repo / "studies" / "s" / "runs" / arm / "seed0"
+    (run / "checkpoint-5").mkdir(parents=True)
+    (run / "checkpoint-5" / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / "model").mkdir()
+    (run / "model" / "adapter_model.safetensors").write_bytes(b"weights")
+    (run / "train.log").write_text("log\n")
+    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 1.0}\n')
+    if with_eval:
+        (run / "eval" / "synthetic").mkdir(parents=True)
+        (run / "eval" / "synthetic" / "results.json").write_text("{}")
+    return str(run.relative_to(repo))
+
+
+def _hook(repo: Path, fake: Path, run: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["scripts/commit_study_run.sh", "studies/s", str(fake)],
+        cwd=repo,
+        env={**os.environ, "GTPO_RUN_DIR": run, **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("with_eval", [False, True], ids=["no-eval (study B)", "eval (study A)"])
+def test_hook_commits_the_runs_small_files_and_the_summary_only(repo, with_eval):
+    repo, fake = repo
+    run = _finished_run(repo, "grpo", with_eval)
+    result = _hook(repo, fake, run)
+    assert result.returncode == 0, result.stderr
+    assert _git(repo, "log", "-1", "--format=%s").strip() == "study s: grpo/seed0 finished"
+    committed = set(_git(repo, "show", "--name-only", "--format=", "HEAD").split())
+    expected = {
+        f"{run}/run.json",
+        f"{run}/metrics.jsonl",
+        "studies/s/compare.json",
+        "studies/s/code-commit",
+        "studies/s/summary.md",
+        "studies/s/summary.json",
+        "studies/s/figures/reward.png",
+    }
+    if with_eval:
+        expected.add(f"{run}/eval/synthetic/results.json")
+    assert committed == expected  # no checkpoint, model or log
+
+
+def test_hook_commits_a_pinned_recipe_and_only_aggregates_when_asked_not_to_commit(repo):
+    repo, fake = repo
+    (repo / "studies" / "s" / "recipe.yaml").write_text("learning_rate: 1e-3\n")
+    run = _finished_run(repo, "gtpo", with_eval=False)
+    head = _git(repo, "rev-parse", "HEAD")
+    assert _hook(repo, fake, run, GTPO_STUDY_NO_COMMIT="1").returncode == 0
+    assert _git(repo, "rev-parse", "HEAD") == head and (repo / "studies/s/summary.md").is_file()
+    assert _hook(repo, fake, run).returncode == 0
+    assert "studies/s/recipe.yaml" in _git(repo, "show", "--name-only", "--format=", "HEAD").split()
+
+
+def test_hook_fails_when_aggregation_fails(repo):
+    """A failing aggregation must not commit a run beside a stale summary."""
+    repo, fake = repo
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    run = _finished_run(repo, "gtpo", with_eval=False)
+    head = _git(repo, "rev-parse", "HEAD")
+    assert _hook(repo, fake, run).returncode != 0
+    assert _git(repo, "rev-parse", "HEAD") == head
