@@ -61,7 +61,9 @@ def test_vlm_trains_with_initial_entropy_measured_through_trls_generation_path(t
     trainer.train()
     assert trainer._initial_entropy_source == "measured"
     measure_prompts, prompt_ids, completion_ids = sampled[0]  # the first _generate call is the measurement
-    assert len(completion_ids) == 3  # one completion for each of the 3 prompts
+    # One call of a training generation batch's 4 rows: the 3 prompts, then prompt 0 again with weight 0.
+    assert len(completion_ids) == 4 and measure_prompts[3] == measure_prompts[0]
+    measure_prompts, prompt_ids, completion_ids = measure_prompts[:3], prompt_ids[:3], completion_ids[:3]
 
     model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
     expected = []
