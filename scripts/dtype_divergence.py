@@ -4,9 +4,11 @@ Study B (docs/study-gtpo-vs-grpo.md) runs the partial study's setting in float32
 bf16. This script takes the first prompt of the SmolLM2 synthetic recipe's training set (one worked
 example), computes the next-token distribution in both dtypes, and samples the 8 completions of a group
 (temperature 1, up to 96 tokens, the recipe's settings) from the same seed in each dtype. It prints how
-far the log-probabilities differ and where each pair of completions first differs.
+far the log-probabilities differ and where each pair of completions first differs. (transformers runs the
+GGUF model's bf16 matmuls in float32 kernels with bf16 inputs and outputs, so this shows how sensitive the
+samples are to the dtype, not a replay of the partial study's CPU arithmetic.)
 
-    .venv/bin/python scripts/dtype_divergence.py          # CPU: about 2-4 minutes here (bf16 in software)
+    .venv/bin/python scripts/dtype_divergence.py          # about 30 s on this project's 2-core CPU
 """
 
 from __future__ import annotations

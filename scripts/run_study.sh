@@ -55,6 +55,6 @@ fi
 python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
 
 # After each finished (and evaluated) run: refresh the summary and commit the run's small files with it.
-after_run="scripts/commit_study_run.sh $study $python"
+after_run="scripts/commit_study_run.sh $(printf %q "$study") $(printf %q "$python")"  # a shell command line
 echo "run_study.sh: $name at $(date -u +%FT%TZ), code $commit"
 "$python" -m gtpo.cli compare --output-dir "$study" --after-run "$after_run" "${args[@]}"
