@@ -358,10 +358,10 @@ def test_a_finished_run_whose_model_is_gone_before_its_evaluation_is_trained_aga
     assert compare.run_all(spec, out, launcher) == []
     a0 = compare.run_dir(out, "a", 0)
     assert log.read_text().split() == ["train", str(a0), "eval", str(a0 / "eval")]  # only a/seed0, then its eval
-    assert (compare.run_dir(out, "a", 0) / "eval" / "synthetic" / "results.json").is_file()
+    assert (a0 / "eval" / "synthetic" / "results.json").is_file()
     # Without held-out evaluation in the study, a missing model changes nothing.
     no_eval = Spec(spec.arms, spec.seeds)
-    shutil.rmtree(compare.run_dir(out, "a", 0) / "eval")
+    shutil.rmtree(a0 / "eval")
     assert {action for *_, action, _ in compare.plan(no_eval, out)} == {"done"}
 
 

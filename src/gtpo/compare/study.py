@@ -169,10 +169,14 @@ def _unevaluable(spec: Spec, folder: Path) -> bool:
     metrics.jsonl but nothing to evaluate. Training it again is the only way to complete it."""
     if spec.eval is None or (folder / "model").is_dir():
         return False
-    task = (
-        spec.eval.get("task") or json.loads((folder / "run.json").read_text())["args"]["TrainScriptArguments"]["task"]
-    )
-    return not (folder / "eval" / task / "results.json").is_file()
+    args = json.loads((folder / "run.json").read_text())["args"]
+    return not _eval_results(folder, spec.eval.get("task"), args).is_file()
+
+
+def _eval_results(folder: Path, task: str | None, args: dict) -> Path:
+    """Where a finished run's held-out results go: RUN/eval/<task>/results.json, by default the task the run
+    trained on (``args``: its run.json's resolved arguments)."""
+    return folder / "eval" / (task or args["TrainScriptArguments"]["task"]) / "results.json"
 
 
 def plan(spec: Spec, out: Path) -> list[tuple[Arm, int, str, Path | None]]:
@@ -336,8 +340,9 @@ def evaluate_run(
     if run_status(folder) != "finished":
         return "skipped"
     record = json.loads((folder / "run.json").read_text())["args"]
-    run_task = task or record["TrainScriptArguments"]["task"]
-    if (folder / "eval" / run_task / "results.json").is_file():
+    results = _eval_results(folder, task, record)
+    run_task = results.parent.name
+    if results.is_file():
         return "skipped"
     tokens = max_new_tokens or record["GTPOConfig"]["max_completion_length"]
     dtype = dtype or record["ModelConfig"].get("dtype")
