@@ -176,15 +176,28 @@ def test_arms_from_variants_and_bad_arm_specs_are_refused_in_one_line(tmp_path):
             compare.parse_arms(recipes, variants)
 
 
-def test_rerun_with_different_arms_is_refused_but_more_seeds_are_added(tmp_path):
+def test_rerun_with_changed_arms_is_refused_but_more_seeds_and_new_arms_are_added(tmp_path):
+    """A rerun may add seeds and arms (new names, after the study's own); it may not change an arm the study
+    has, nor the common flags, since the finished runs were made with them."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("algorithm: gtpo\n")
-    compare.write_or_check_spec(Spec([Arm("a", str(recipe))], [0, 1]), tmp_path)
+    compare.write_or_check_spec(Spec([Arm("a", str(recipe)), Arm("b", str(recipe), ["--beta", "0"])], [0, 1]), tmp_path)
     more = Spec([Arm("a", str(recipe))], [2])
     compare.write_or_check_spec(more, tmp_path)
     assert more.seeds == [0, 1, 2]
-    with pytest.raises(ValueError, match="different study"):
-        compare.write_or_check_spec(Spec([Arm("a", str(recipe), ["--beta", "0.1"])], [0]), tmp_path)
+    assert [a.name for a in more.arms] == ["a", "b"]  # b, not on this command line, stays in the study
+    # A new arm goes after the study's own, whatever order the command line gives.
+    wider = Spec([Arm("c", str(recipe), ["--entropy_filter", "always"]), Arm("a", str(recipe))], [0])
+    compare.write_or_check_spec(wider, tmp_path)
+    assert [a.name for a in wider.arms] == ["a", "b", "c"] and wider.seeds == [0, 1, 2]
+    saved = Spec.from_json(json.loads((tmp_path / "compare.json").read_text()))
+    assert [(a.name, a.args) for a in saved.arms] == [("a", []), ("b", ["--beta", "0"]), ("c", ["--entropy_filter", "always"])]
+    with pytest.raises(ValueError, match="different study .arm 'b' has other recipe or flags"):
+        compare.write_or_check_spec(Spec([Arm("b", str(recipe), ["--beta", "0.1"])], [0]), tmp_path)
+    with pytest.raises(ValueError, match="common flags differ"):
+        compare.write_or_check_spec(Spec([Arm("a", str(recipe))], [0], ["--max_steps", "3"]), tmp_path)
+    # Neither refusal touched compare.json.
+    assert Spec.from_json(json.loads((tmp_path / "compare.json").read_text())).arms == saved.arms
 
 
 def test_compare_help_documents_resume_statistics_and_many_gpus(capsys):

@@ -56,6 +56,9 @@ examples:
   # continue a stopped study; or print the missing runs' commands to spread them over GPUs:
   gtpo compare --output_dir studies/demo
   gtpo compare --output_dir studies/demo --dry_run
+  # add an arm to it (a new name; the study's own flags after --, since they are checked):
+  gtpo compare --recipe recipes/smollm2/synthetic/gtpo.yaml --variant 'gtpo-filter:--entropy_filter always' \
+      --output_dir studies/demo -- --learning_rate 1e-3 --max_steps 60
 """
 
 
@@ -79,7 +82,8 @@ class CompareArguments:
             "action": "extend",
             "metavar": "NAME:FLAGS",
             "help": "an arm made of the one --recipe plus `gtpo train` flags, e.g. 'grpo:--algorithm grpo' or "
-            "'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged. Repeatable.",
+            "'entropy-only:--conflict_correction false'; 'gtpo:' is the recipe unchanged. Repeatable. On a rerun, "
+            "a new name adds an arm; an arm the study has must be unchanged.",
         },
     )
     seeds: list[int] | None = field(

@@ -100,14 +100,27 @@ def paired_difference(a: dict, b: dict) -> Interval | None:
     return mean_interval([a[s] - b[s] for s in common])
 
 
+# The fewest equal-signed differences for which the exact two-sided sign test rejects "no difference" at 5%:
+# P = 2 * 0.5**n < 0.05 needs n >= 6.
+SIGN_TEST_MIN_N = 6
+
+
 def verdict(diff: Interval | None, name_a: str, name_b: str) -> str:
-    """A sentence-sized reading of a paired difference a - b."""
+    """A sentence-sized reading of a paired difference a - b.
+
+    When every seed gave the same nonzero difference (s = 0, which discrete metrics such as a 10-step accuracy do
+    at a few seeds: one more correct completion of 80 in each), the t-interval has zero width and would call any
+    n >= 2 a difference. The spread was then too coarse to estimate, so the reading falls back to the exact sign
+    test, which needs no spread: n equal-signed differences are a difference only when 2 * 0.5**n < 0.05."""
     if diff is None:
         return "no common seeds"
     if diff.covers_zero is None:
         return f"one seed only (n={diff.n}): no interval"
     if diff.covers_zero:
         return "no detectable difference"
+    no_spread = diff.high - diff.low <= 1e-9 * max(1.0, abs(diff.mean))  # s = 0 up to rounding of a - b
+    if no_spread and diff.n < SIGN_TEST_MIN_N:
+        return f"all {diff.n} differences equal (s = 0): too few seeds to read (a sign test needs {SIGN_TEST_MIN_N})"
     return f"{name_a} higher" if diff.mean > 0 else f"{name_b} higher"
 
 

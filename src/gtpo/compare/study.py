@@ -263,15 +263,25 @@ def run_all(spec: Spec, out: Path, launcher: list[str], after_run: str | None = 
 
 
 def write_or_check_spec(spec: Spec, out: Path) -> None:
-    """Write OUT/compare.json, or check that an existing one describes the same study."""
+    """Write OUT/compare.json, or check that an existing one describes the same study, and merge into ``spec``
+    what a rerun may add: more seeds, and more arms (new names, appended after the study's own). An arm the study
+    already has must come back unchanged (same recipe and flags), and the common flags must be the same: a
+    change would mix runs of two settings under one name. Arms left off the command line stay in the study."""
     path = Path(out) / SPEC_FILE
     if path.is_file():
         old = Spec.from_json(json.loads(path.read_text()))
-        if (old.arms, old.common, old.save_steps) != (spec.arms, spec.common, spec.save_steps):
+        known = {arm.name: arm for arm in old.arms}
+        changed = [arm.name for arm in spec.arms if arm.name in known and arm != known[arm.name]]
+        if changed or (old.common, old.save_steps) != (spec.common, spec.save_steps):
+            what = f"arm {changed[0]!r} has other recipe or flags" if changed else "the common flags differ"
             raise ValueError(
-                f"{path} describes a different study (arms or flags differ); use another --output_dir, "
-                "or rerun with the same arms and flags (`gtpo compare --output_dir OUT` reuses them)"
+                f"{path} describes a different study ({what}); use another --output_dir, or rerun with the same "
+                "arms and flags (`gtpo compare --output_dir OUT` reuses them; new arm names are added)"
             )
+        added = [arm for arm in spec.arms if arm.name not in known]
+        if added:
+            logger.info("adding arm(s) %s to the study in %s", ", ".join(a.name for a in added), out)
+        spec.arms = old.arms + added
         if old.eval is not None and spec.eval is not None and old.eval != spec.eval:
             raise ValueError(
                 f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
