@@ -2,7 +2,7 @@
 # Run, or continue, one of the studies committed under studies/, from a pinned copy of the code, and commit each
 # run (run.json, metrics.jsonl, eval/) and the refreshed summary as soon as it finishes.
 #
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO, lr 2e-4, 5 seeds, held-out eval
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO (+ gtpo-filter), lr 2e-4, 5 seeds, held-out eval
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
@@ -27,7 +27,12 @@ case $name in
         # The recipe as shipped (lr 2e-4, 40 steps) but in float32; held-out pass@k / maj@k, k = 1..8, on 100
         # test problems. float32 because this project's 2-core CPU (AMD EPYC, AVX2, no AVX512-BF16 or AMX)
         # computes bf16 in software: a bf16 step took 350 s, a float32 step 26-55 s (measured 2026-11-25).
-        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo' --seeds 0 1 2 3 4
+        # The third arm, gtpo-filter (the paper's Figure 10c filter, on whatever the seed's initial entropy), was
+        # added after the first two were complete: compare.json lists it (written by `gtpo compare` of a later
+        # commit, which adds arms; the pinned code accepts the arms compare.json lists), and its runs use the
+        # same pinned code as the others.
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --variant 'gtpo-filter:--entropy_filter always' --seeds 0 1 2 3 4
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 100 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     smollm2-synthetic-lr1e-3)
