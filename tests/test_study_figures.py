@@ -1,8 +1,8 @@
-"""Study A's answer, as README.md and docs/study-gtpo-vs-grpo.md quote it, is the committed summary's (issue 18):
-every per-arm interval and paired difference the two documents state is recomputed here from
-studies/smollm2-synthetic-lr2e-4/summary.json, and the summary itself is checked against the committed
-held-out results it aggregates. An edit of the numbers, or a rerun that changes the files, fails here instead
-of going stale."""
+"""The studies' answers, as README.md and docs/study-gtpo-vs-grpo.md quote them, are the committed summaries' (issue
+18): every per-arm interval and paired difference the two documents state is recomputed here from
+studies/<name>/summary.json, and study A's summary is checked against the committed held-out results it
+aggregates, study B's run counts against its committed metrics. An edit of the numbers, or a rerun that changes
+the files, fails here instead of going stale."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ PAIRS = {pair["metric"]: pair["diff"] for pair in SUMMARY["pairs"] if (pair["a"]
 
 def _num(x: float, digits: int, sign: bool = False) -> str:
     """The documents' number style: a real minus sign, '+' on differences; a nonzero value that rounds to 0
-    keeps one significant digit (−0.002, not −0.00)."""
+    keeps one significant digit (−0.002, not −0.00); an exact 0 has no sign."""
+    sign = sign and x != 0
     text = f"{x:{'+' if sign else ''}.{digits}f}"
     if float(text) == 0 and x != 0:
         text = f"{x:{'+' if sign else ''}.{digits + 1}f}"
@@ -99,3 +100,60 @@ def test_study_document_states_each_arm_mean(arm):
     metrics = SUMMARY["arms"][arm]["metrics"]
     for metric in ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@8 %", "maj@8 %"):
         assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+
+
+# Study B (issue 18): the document's per-arm and paired tables, and the README's one figure, are its summary's.
+STUDY_B = ROOT / "studies" / "smollm2-synthetic-lr1e-3"
+SUMMARY_B = json.loads((STUDY_B / "summary.json").read_text())
+
+
+def _section_b() -> list[str]:
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    return doc[doc.index("## Study B") : doc.index("## The earlier partial study")].splitlines()
+
+
+def test_study_b_is_complete_with_three_paired_seeds_of_three_arms():
+    assert SUMMARY_B["finished_runs"] == SUMMARY_B["total_runs"] == 9
+    for arm in ("gtpo", "grpo", "entropy-only"):
+        assert SUMMARY_B["arms"][arm]["aggregated_seeds"] == [0, 1, 2]
+    assert len(SUMMARY_B["pairs"]) == 12 and all(pair["diff"]["n"] == 3 for pair in SUMMARY_B["pairs"])
+
+
+@pytest.mark.parametrize("arm", ["gtpo", "grpo", "entropy-only"])
+def test_study_b_document_states_each_arm_mean(arm):
+    row = next(line for line in _section_b() if line.startswith(f"| {arm} | "))
+    metrics = SUMMARY_B["arms"][arm]["metrics"]
+    for metric in ("reward", "format %", "accuracy %", "entropy"):
+        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+
+
+def test_study_b_document_states_each_paired_difference_and_its_reading():
+    rows = _section_b()
+    for pair in SUMMARY_B["pairs"]:
+        row = next(line for line in rows if line.startswith(f"| {pair['a']} − {pair['b']} | {pair['metric']} |"))
+        assert f"| {_interval(pair['diff'], 2, sign=True)} | {pair['verdict']} |" in row, row
+
+
+def test_readme_states_study_b_answer():
+    reward = next(p["diff"] for p in SUMMARY_B["pairs"] if (p["a"], p["b"], p["metric"]) == ("gtpo", "grpo", "reward"))
+    readme = _flat(ROOT / "README.md")
+    assert f"reward GTPO − GRPO {_interval(reward, 2, sign=True)} of 20" in readme
+    assert all(p["verdict"] == "no detectable difference" for p in SUMMARY_B["pairs"])  # what the README says
+
+
+def test_the_fisher_exact_p_the_documents_quote():
+    """0 of 3 gtpo runs against 4 of 6 others: hypergeometric with 9 runs, 4 of them 'ran to the limit', 3 drawn.
+    Two-sided: the outcomes no more likely than the observed one (0 and 3 of 3) add to (10 + 4) / 84."""
+    from math import comb
+
+    probability = {k: comb(4, k) * comb(5, 3 - k) / comb(9, 3) for k in range(4)}
+    p = sum(v for v in probability.values() if v <= probability[0] + 1e-12)
+    assert p == pytest.approx(14 / 84) and f"{p:.2f}" == "0.17"
+    # and the counts behind it, from the runs' last 10 steps: clipped share >= 89 % in exactly those four runs
+    ran_to_limit = []
+    for run in sorted(STUDY_B.glob("runs/*/seed*/metrics.jsonl")):
+        rows = [r for r in map(json.loads, run.read_text().splitlines()) if "reward" in r][-10:]
+        if statistics.mean(r["completions/clipped_ratio"] for r in rows) > 0.5:
+            ran_to_limit.append(str(run.parent.relative_to(STUDY_B / "runs")))
+    assert ran_to_limit == ["entropy-only/seed0", "entropy-only/seed2", "grpo/seed1", "grpo/seed2"]
+    assert "Fisher exact p = 0.17" in _flat(ROOT / "README.md")
