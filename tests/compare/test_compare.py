@@ -88,9 +88,11 @@ def test_paired_differences_and_their_reading(study):
     assert fmt["diff"]["mean"] == pytest.approx(80 / 3)
     assert fmt["diff"]["low"] == pytest.approx(80 / 3 - T2 * math.sqrt(400 / 3) / math.sqrt(3))
     assert fmt["verdict"] == "no detectable difference"
-    # entropy A - B: -0.5 on every seed: a zero-width interval away from 0
+    # entropy A - B: -0.5 on every seed: a zero-width interval away from 0, which 3 seeds cannot read (the sign
+    # test, the reading when s = 0, needs 6 equal signs)
     assert pairs["entropy"]["diff"]["mean"] == pytest.approx(-0.5)
-    assert pairs["entropy"]["verdict"] == "B higher"
+    assert (pairs["entropy"]["diff"]["low"], pairs["entropy"]["diff"]["high"]) == pytest.approx((-0.5, -0.5))
+    assert pairs["entropy"]["verdict"] == "all 3 differences equal (s = 0): too few seeds to read (a sign test needs 6)"
 
 
 def test_stability_finds_the_format_drop_and_the_upward_ln2_crossing(study):
@@ -146,14 +148,35 @@ def test_summary_files_and_figures_are_written_and_partial_studies_say_so(study)
     assert unfinished["arms"]["A"]["aggregated_seeds"] == [0, 1, 2, 3]
 
 
-def test_arm_band_averages_smoothed_curves_on_common_steps():
+def test_arm_band_averages_smoothed_curves_over_the_seeds_that_have_each_step():
+    """Study A's conflict-fraction panel, on the steps every seed shared, showed steps 1-7 of 40 only (a step whose
+    group got equal rewards has no conflict); each step now averages the seeds that logged it."""
     from gtpo.compare.figures import arm_band
 
-    # Seed curves on steps 1-3 and 1-2; window 1 (no smoothing): the band covers steps 1-2 only.
-    steps, mean, low, high = arm_band([([1, 2, 3], [0.0, 2.0, 9.0]), ([1, 2], [2.0, 4.0])], window=1)
-    assert steps == [1, 2] and mean == [1.0, 3.0]
-    # two values 0 and 2: s = sqrt(2), half = 12.706 * sqrt(2) / sqrt(2) = 12.706
-    assert low == pytest.approx([1.0 - 12.706, 3.0 - 12.706])
+    # Seed curves on steps 1-3 and 1, 2, 4; window 1 (no smoothing).
+    steps, mean, low, high = arm_band([([1, 2, 3], [0.0, 2.0, 9.0]), ([1, 2, 4], [2.0, 4.0, 5.0])], window=1)
+    assert steps == [1, 2, 3, 4] and mean == [1.0, 3.0, 9.0, 5.0]
+    # two values 0 and 2: s = sqrt(2), half = 12.706 * sqrt(2) / sqrt(2) = 12.706; one value: no band
+    assert low == pytest.approx([1.0 - 12.706, 3.0 - 12.706, 9.0, 5.0])
+    assert high == pytest.approx([1.0 + 12.706, 3.0 + 12.706, 9.0, 5.0])
+    # smoothing is per seed, over its own steps: seed 2's step 4 averages its steps 2 and 4 (window 2)
+    assert arm_band([([1, 2, 4], [2.0, 4.0, 5.0])], window=2)[1] == [2.0, 3.0, 4.5]
+    assert arm_band([], window=3) == ([], [], [], [])
+
+
+def test_bands_are_cut_to_the_range_of_their_metric():
+    """Study B's format band reached 200 % and its entropy band -1 nats (t = 4.303 at 3 seeds, 12.706 at 2): a mean
+    of percentages lies in [0, 100] and one of entropies above 0, so the drawn band is cut there."""
+    from gtpo.compare.figures import clip_band
+    from gtpo.runs.plots import PANELS
+
+    bounds = {panel.name: panel.bounds for panel in PANELS}
+    assert bounds["format"] == bounds["accuracy"] == (0.0, 100.0)
+    assert bounds["conflict"] == bounds["filtered"] == (0.0, 1.0) and bounds["entropy"] == (0.0, None)
+    assert bounds["reward"] == (None, None)  # a user's reward functions may be negative
+    assert clip_band([-5.0, 50.0, 200.0], (0.0, 100.0)) == [0.0, 50.0, 100.0]
+    assert clip_band([-1.0, 2.5], (0.0, None)) == [0.0, 2.5]
+    assert clip_band([-1.0, 2.5], (None, None)) == [-1.0, 2.5]
 
 
 def test_arms_from_variants_and_bad_arm_specs_are_refused_in_one_line(tmp_path):

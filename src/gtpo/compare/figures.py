@@ -15,16 +15,19 @@ LN2 = math.log(2.0)
 
 def arm_band(curves: list[tuple[list[int], list[float]]], window: int):
     """(steps, mean, low, high) of one arm: each seed's curve smoothed with a trailing moving average over
-    ``window`` steps, then the pointwise mean and 95% t-band over seeds on the steps every seed logged."""
-    common = sorted(set.intersection(*(set(steps) for steps, _ in curves))) if curves else []
-    if not common:
-        return [], [], [], []
-    aligned = []
-    for steps, values in curves:
-        smooth = dict(zip(steps, moving_average(values, window), strict=False))
-        aligned.append([smooth[s] for s in common])
-    mean, low, high = stats.band(aligned)
-    return common, mean, low, high
+    ``window`` steps, then at every step any seed logged the mean and 95% t-band over the seeds that have it (the
+    band is the mean itself where only one has). Steps differ between seeds in the panels drawn on steps with a
+    learning signal (the conflict fraction: a step whose group got equal rewards has none), where the steps all
+    seeds share can be a handful; and in a study aggregated with unfinished runs."""
+    smoothed = [dict(zip(steps, moving_average(values, window), strict=False)) for steps, values in curves]
+    steps = sorted(set().union(*smoothed)) if smoothed else []
+    mean, low, high = [], [], []
+    for step in steps:
+        interval = stats.mean_interval([curve[step] for curve in smoothed if step in curve])
+        mean.append(interval.mean)
+        low.append(interval.mean if interval.low is None else interval.low)
+        high.append(interval.mean if interval.high is None else interval.high)
+    return steps, mean, low, high
 
 
 def _setup():
@@ -64,7 +67,9 @@ def plot_arms(runs: dict, arm_names: list[str], out_dir: Path, window: int | Non
         ax.set_visible(False)
     for (panel, arms, used), ax in zip(drawn_panels, axes.flat, strict=False):
         _draw_bands(ax, panel, arms, used, arm_names)
-    overview.suptitle(f"Mean over seeds with 95% band (moving average over {window} steps)")
+    overview.suptitle(
+        f"Mean over seeds with 95% band, cut to the metric's range (moving average over {window} steps)"
+    )
     path = out_dir / "training_curves.png"
     overview.savefig(path, dpi=110)
     plt.close(overview)
@@ -79,18 +84,27 @@ def plot_arms(runs: dict, arm_names: list[str], out_dir: Path, window: int | Non
     return written
 
 
+def clip_band(values: list[float], bounds: tuple[float | None, float | None]) -> list[float]:
+    """A band edge cut to the range the metric can take (a t-band of 2-3 seeds can reach past it: a mean of
+    percentages is never above 100, nor an entropy below 0)."""
+    lower, upper = (-math.inf if bounds[0] is None else bounds[0]), (math.inf if bounds[1] is None else bounds[1])
+    return [min(max(v, lower), upper) for v in values]
+
+
 def _draw_bands(ax, panel, arms: dict, used: list[str], arm_names: list[str]) -> None:
     for arm, (n, (steps, mean, low, high)) in arms.items():
         color = f"C{arm_names.index(arm)}"
         ax.plot(steps, mean, color=color, linewidth=2, label=f"{arm} (n={n})")
         if n > 1:
-            ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+            ax.fill_between(
+                steps, clip_band(low, panel.bounds), clip_band(high, panel.bounds), color=color, alpha=0.2, linewidth=0
+            )
     ax.set_title(panel.title)
     ax.set_xlabel("step")
     ax.set_ylabel(panel.ylabel if len(used) != 1 or used[0] not in KEY_LABELS else KEY_LABELS[used[0]])
     ax.grid(True, alpha=0.3)
     if panel.from_zero:  # as `gtpo plot`: a curve at 0 stays visible, an all-zero panel gets a unit axis
-        top = max((max(high) for _, (_, (_, _, _, high)) in arms.items() if high), default=0.0)
+        top = max((max(clip_band(high, panel.bounds)) for _, (_, (_, _, _, high)) in arms.items() if high), default=0.0)
         top = top * 1.05 if top > 0 else 1.0
         ax.set_ylim(bottom=-0.02 * top, top=top)
     if panel.hline:

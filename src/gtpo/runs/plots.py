@@ -50,6 +50,9 @@ class Panel:
     # Steps where every completion of every group had the same reward have no A ≠ 0 row, so no conflict
     # is defined there (the logged 0 is 0/0); such steps are left out of the curve rather than drawn as 0.
     needs_signal: bool = False
+    # The range the metric (so any mean of it) can take, None for no bound; `gtpo compare` cuts its 95% t-bands,
+    # which at 2-3 seeds reach far past it (a format band up to 200 %), to this range.
+    bounds: tuple[float | None, float | None] = (None, None)
 
     def key_for(self, rows: list[dict]) -> str | None:
         present = {k for row in rows for k in row}
@@ -70,6 +73,7 @@ PANELS = (
         pattern=r"rewards/[^/]*accuracy[^/]*/mean",
         scale=100 / REWARD_MAX,
         from_zero=True,
+        bounds=(0.0, 100.0),
     ),
     Panel(
         "format",
@@ -78,6 +82,7 @@ PANELS = (
         pattern=r"rewards/[^/]*format[^/]*/mean",
         scale=100 / REWARD_MAX,
         from_zero=True,
+        bounds=(0.0, 100.0),
     ),
     Panel("reward", "Total reward", "mean total reward", keys=("reward",), from_zero=True),
     Panel(
@@ -86,6 +91,7 @@ PANELS = (
         "entropy (nats)",
         keys=("gtpo/mean_entropy", "entropy"),
         hline=(math.log(2), "ln 2"),
+        bounds=(0.0, None),
     ),
     Panel(
         "conflict",
@@ -94,6 +100,7 @@ PANELS = (
         keys=("gtpo/conflict_token_frac",),
         from_zero=True,
         needs_signal=True,
+        bounds=(0.0, 1.0),
     ),
     Panel(
         "filtered",
@@ -101,6 +108,7 @@ PANELS = (
         "fraction of completions",
         keys=("gtpo/filtered_frac",),
         from_zero=True,
+        bounds=(0.0, 1.0),
     ),
     # Figure 1 (bottom): GRPO's KL to the reference model, logged by TRL only when beta > 0.
     Panel("kl", "KL divergence (GRPO, β > 0)", "KL to the reference (nats)", keys=("kl",), from_zero=True),
