@@ -101,7 +101,8 @@ def sft_recipe(model: str, task: str) -> dict:
 
 
 def smollm2_recipe(algorithm: str) -> dict:
-    """The offline CPU demo; `gtpo train` without arguments runs the gtpo one (gtpo.cli.arguments.DEFAULT_TRAIN_RECIPE)."""
+    """The offline CPU demo; `gtpo train` without arguments runs the gtpo one
+    (gtpo.cli.arguments.DEFAULT_TRAIN_RECIPE)."""
     from gtpo.cli.arguments import DEFAULT_TRAIN_RECIPE
 
     recipe = dict(DEFAULT_TRAIN_RECIPE)
@@ -127,7 +128,10 @@ def all_recipes() -> dict[str, tuple[str, dict]]:
                         "run_name": f"{model}-{task}-grpo-{tag}-g{group}",
                         **rl_recipe(model, task, "grpo", group, beta),
                     }
-                    recipes[name] = (f"GRPO (beta = {beta:g}), {MODELS[model][0]} on {task.upper()}, G = {group}", recipe)
+                    recipes[name] = (
+                        f"GRPO (beta = {beta:g}), {MODELS[model][0]} on {task.upper()}, G = {group}",
+                        recipe,
+                    )
             recipes[f"{model}/{task}/sft.yaml"] = (
                 f"SFT baseline, {MODELS[model][0]} on {task.upper()} gold solutions (run with `gtpo sft`)",
                 {"run_name": f"{model}-{task}-sft", **sft_recipe(model, task)},

@@ -214,7 +214,11 @@ def test_rerun_with_changed_arms_is_refused_but_more_seeds_and_new_arms_are_adde
     compare.write_or_check_spec(wider, tmp_path)
     assert [a.name for a in wider.arms] == ["a", "b", "c"] and wider.seeds == [0, 1, 2]
     saved = Spec.from_json(json.loads((tmp_path / "compare.json").read_text()))
-    assert [(a.name, a.args) for a in saved.arms] == [("a", []), ("b", ["--beta", "0"]), ("c", ["--entropy_filter", "always"])]
+    assert [(a.name, a.args) for a in saved.arms] == [
+        ("a", []),
+        ("b", ["--beta", "0"]),
+        ("c", ["--entropy_filter", "always"]),
+    ]
     with pytest.raises(ValueError, match="different study .arm 'b' has other recipe or flags"):
         compare.write_or_check_spec(Spec([Arm("b", str(recipe), ["--beta", "0.1"])], [0]), tmp_path)
     with pytest.raises(ValueError, match="common flags differ"):

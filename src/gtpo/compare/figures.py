@@ -67,9 +67,7 @@ def plot_arms(runs: dict, arm_names: list[str], out_dir: Path, window: int | Non
         ax.set_visible(False)
     for (panel, arms, used), ax in zip(drawn_panels, axes.flat, strict=False):
         _draw_bands(ax, panel, arms, used, arm_names)
-    overview.suptitle(
-        f"Mean over seeds with 95% band, cut to the metric's range (moving average over {window} steps)"
-    )
+    overview.suptitle(f"Mean over seeds with 95% band, cut to the metric's range (moving average over {window} steps)")
     path = out_dir / "training_curves.png"
     overview.savefig(path, dpi=110)
     plt.close(overview)
