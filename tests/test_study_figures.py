@@ -157,3 +157,24 @@ def test_the_fisher_exact_p_the_documents_quote():
             ran_to_limit.append(str(run.parent.relative_to(STUDY_B / "runs")))
     assert ran_to_limit == ["entropy-only/seed0", "entropy-only/seed2", "grpo/seed1", "grpo/seed2"]
     assert "Fisher exact p = 0.17" in _flat(ROOT / "README.md")
+
+
+def test_study_a_held_out_length_figures_are_the_results_files():
+    """The post-hoc held-out length and truncation figures of study A's reading, recomputed from the ten
+    results.json files with the t quantile t_{0.975, 4} = 2.776 by hand (not gtpo.compare)."""
+    per_arm = {
+        arm: [json.loads((STUDY / f"runs/{arm}/seed{s}/eval/synthetic/results.json").read_text()) for s in range(5)]
+        for arm in ("gtpo", "grpo")
+    }
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+
+    def interval(values, digits, unit=""):
+        m, half = statistics.mean(values), 2.776 * statistics.stdev(values) / 5**0.5
+        return f"{_num(m, digits)}{unit} [{_num(m - half, digits)}, {_num(m + half, digits)}]"
+
+    for key, scale, digits, unit in (("mean_length", 1, 1, " tokens"), ("truncated_frac", 100, 2, " %")):
+        gtpo, grpo = ([scale * r[key] for r in per_arm[arm]] for arm in ("gtpo", "grpo"))
+        assert f"{interval(gtpo, digits, unit)} against {interval(grpo, digits)}" in doc, key
+        assert f"paired {interval([a - b for a, b in zip(gtpo, grpo, strict=True)], 2)}" in doc, key
+        if key == "truncated_frac":
+            assert all(a < b for a, b in zip(gtpo, grpo, strict=True))  # "5 of 5 seeds lower"
