@@ -115,3 +115,30 @@ def test_hook_fails_when_aggregation_fails(repo):
     head = _git(repo, "rev-parse", "HEAD")
     assert _hook(repo, fake, run).returncode != 0
     assert _git(repo, "rev-parse", "HEAD") == head
+
+
+def _study_arguments(name: str) -> list[str]:
+    """The `args=(...)` words run_study.sh gives `gtpo compare` for study NAME, as bash would split them."""
+    import re
+    import shlex
+
+    text = (ROOT / "scripts" / "run_study.sh").read_text()
+    case = text[text.index(f"    {name})") :]
+    case = case[: case.index(";;")]
+    body = case[case.index("args=(") + len("args=(") : case.rindex(")")]
+    return shlex.split(re.sub(r"#[^\n]*", "", body).replace("\\\n", " "))
+
+
+@pytest.mark.parametrize("name", ["smollm2-synthetic-lr2e-4", "smollm2-synthetic-lr1e-3"])
+def test_run_study_gives_the_pinned_compare_the_arms_and_flags_of_the_committed_spec(name):
+    """The pinned code refuses a rerun whose arms or flags differ from compare.json (and, at commit ef70603, one that
+    adds an arm), so run_study.sh's variants, seeds and common flags must be the committed spec's, in its order."""
+    words = _study_arguments(name)
+    spec = json.loads((ROOT / "studies" / name / "compare.json").read_text())
+    variants = [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
+    assert [v.partition(":")[0] for v in variants] == [arm["name"] for arm in spec["arms"]]
+    assert [v.partition(":")[2].split() for v in variants] == [arm["args"] for arm in spec["arms"]]
+    seeds = words[words.index("--seeds") + 1 : words.index("--save-steps")]
+    assert [int(s) for s in seeds] == spec["seeds"]
+    assert words[words.index("--save-steps") + 1] == str(spec["save_steps"])
+    assert words[words.index("--") + 1 :] == spec["common"]
