@@ -178,3 +178,37 @@ def test_study_a_held_out_length_figures_are_the_results_files():
         assert f"paired {interval([a - b for a, b in zip(gtpo, grpo, strict=True)], 2)}" in doc, key
         if key == "truncated_frac":
             assert all(a < b for a, b in zip(gtpo, grpo, strict=True))  # "5 of 5 seeds lower"
+
+
+def _section_a() -> list[str]:
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    return doc[doc.index("## Study A") : doc.index("## Study B")].splitlines()
+
+
+def test_study_a_gtpo_filter_arm_is_complete_and_documented():
+    """The third arm's per-arm row, its 22 paired rows with their readings, and the README's pass@1 figure are the
+    summary's; its seeds 1 and 4 are gtpo's seeds 1 and 4 (the auto filter was on there), which the document
+    states from the held-out samples: identical files."""
+    assert SUMMARY["arms"]["gtpo-filter"]["aggregated_seeds"] == [0, 1, 2, 3, 4]
+    rows = _section_a()
+    row = next(line for line in rows if line.startswith("| gtpo-filter | "))
+    metrics = SUMMARY["arms"]["gtpo-filter"]["metrics"]
+    for metric in ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@8 %", "maj@8 %"):
+        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+    pairs = [p for p in SUMMARY["pairs"] if "gtpo-filter" in (p["a"], p["b"]) and p["metric"] != "maj@1 %"]
+    assert len(pairs) == 22
+    for pair in pairs:
+        line = next(x for x in rows if x.startswith(f"| {pair['a']} − {pair['b']} | {pair['metric']} |"))
+        assert f"| {_interval(pair['diff'], 2, sign=True)} | {pair['verdict']} |" in line, line
+    assert f"pass@1 {_num(metrics['pass@1 %']['mean'], 1)} % [{_num(metrics['pass@1 %']['low'], 1)}, " in _flat(
+        ROOT / "README.md"
+    )
+    for seed in (1, 4):
+        same = [
+            (STUDY / f"runs/{arm}/seed{seed}/eval/synthetic/samples.jsonl").read_bytes()
+            for arm in ("gtpo", "gtpo-filter")
+        ]
+        assert same[0] == same[1], seed
+    assert (STUDY / "runs/gtpo/seed0/eval/synthetic/samples.jsonl").read_bytes() != (
+        STUDY / "runs/gtpo-filter/seed0/eval/synthetic/samples.jsonl"
+    ).read_bytes()
