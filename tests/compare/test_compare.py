@@ -221,8 +221,10 @@ def test_rerun_with_changed_arms_is_refused_but_more_seeds_and_new_arms_are_adde
     ]
     with pytest.raises(ValueError, match="different study .arm 'b' has other recipe or flags"):
         compare.write_or_check_spec(Spec([Arm("b", str(recipe), ["--beta", "0.1"])], [0]), tmp_path)
-    with pytest.raises(ValueError, match="common flags differ"):
+    with pytest.raises(ValueError, match="common flags or --save_steps differ"):
         compare.write_or_check_spec(Spec([Arm("a", str(recipe))], [0], ["--max_steps", "3"]), tmp_path)
+    with pytest.raises(ValueError, match="common flags or --save_steps differ"):
+        compare.write_or_check_spec(Spec([Arm("a", str(recipe))], [0], save_steps=5), tmp_path)
     # Neither refusal touched compare.json.
     assert Spec.from_json(json.loads((tmp_path / "compare.json").read_text())).arms == saved.arms
 

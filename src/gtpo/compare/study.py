@@ -273,7 +273,11 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
         known = {arm.name: arm for arm in old.arms}
         changed = [arm.name for arm in spec.arms if arm.name in known and arm != known[arm.name]]
         if changed or (old.common, old.save_steps) != (spec.common, spec.save_steps):
-            what = f"arm {changed[0]!r} has other recipe or flags" if changed else "the common flags differ"
+            what = (
+                f"arm {changed[0]!r} has other recipe or flags"
+                if changed
+                else "the common flags or --save_steps differ"
+            )
             raise ValueError(
                 f"{path} describes a different study ({what}); use another --output_dir, or rerun with the same "
                 "arms and flags (`gtpo compare --output_dir OUT` reuses them; new arm names are added)"
