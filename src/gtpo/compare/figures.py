@@ -21,12 +21,7 @@ def arm_band(curves: list[tuple[list[int], list[float]]], window: int):
     seeds share can be a handful; and in a study aggregated with unfinished runs."""
     smoothed = [dict(zip(steps, moving_average(values, window), strict=False)) for steps, values in curves]
     steps = sorted(set().union(*smoothed)) if smoothed else []
-    mean, low, high = [], [], []
-    for step in steps:
-        interval = stats.mean_interval([curve[step] for curve in smoothed if step in curve])
-        mean.append(interval.mean)
-        low.append(interval.mean if interval.low is None else interval.low)
-        high.append(interval.mean if interval.high is None else interval.high)
+    mean, low, high = stats.column_band([[curve[step] for curve in smoothed if step in curve] for step in steps])
     return steps, mean, low, high
 
 

@@ -133,9 +133,15 @@ def band(curves: list[list[float]]) -> tuple[list[float], list[float], list[floa
     length = len(curves[0])
     if any(len(c) != length for c in curves):
         raise ValueError("curves of one band must have the same length (align them on common steps first)")
+    return column_band([list(column) for column in zip(*curves, strict=True)])
+
+
+def column_band(columns: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    """(mean, low, high) of each column (the values the seeds have at one point; columns may differ in size):
+    the 95% t-interval, or the mean itself for a column of one value."""
     means, lows, highs = [], [], []
-    for column in zip(*curves, strict=False):
-        interval = mean_interval(list(column))
+    for column in columns:
+        interval = mean_interval(column)
         means.append(interval.mean)
         lows.append(interval.mean if interval.low is None else interval.low)
         highs.append(interval.mean if interval.high is None else interval.high)
