@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
 SUMMARY = json.loads((STUDY / "summary.json").read_text())
 PAIRS = {pair["metric"]: pair["diff"] for pair in SUMMARY["pairs"] if (pair["a"], pair["b"]) == ("gtpo", "grpo")}
+# The metrics study A's per-arm rows are checked on (training, then held-out).
+HELD_OUT_ROW = ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@8 %", "maj@8 %")
 
 
 def _num(x: float, digits: int, sign: bool = False) -> str:
@@ -35,6 +37,25 @@ def _interval(d: dict, digits: int, sign: bool = False) -> str:
 
 def _flat(path: Path) -> str:
     return re.sub(r"\s+", " ", path.read_text())
+
+
+def _section(start: str, end: str) -> list[str]:
+    """The lines of docs/study-gtpo-vs-grpo.md from heading ``start`` up to heading ``end``."""
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    return doc[doc.index(start) : doc.index(end)].splitlines()
+
+
+def _assert_arm_row(row: str, metrics: dict, names: tuple[str, ...]) -> None:
+    """A per-arm table row states each named metric's mean and interval, 2 decimals, as the summary has it."""
+    for metric in names:
+        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+
+
+def _assert_pair_rows(rows: list[str], pairs: list[dict]) -> None:
+    """Each summary pair has its document row `| a − b | metric | difference [interval] | reading |`."""
+    for pair in pairs:
+        row = next(line for line in rows if line.startswith(f"| {pair['a']} − {pair['b']} | {pair['metric']} |"))
+        assert f"| {_interval(pair['diff'], 2, sign=True)} | {pair['verdict']} |" in row, row
 
 
 def test_study_a_is_complete_with_five_paired_seeds():
@@ -97,9 +118,7 @@ def test_study_document_states_each_paired_difference(metric):
 def test_study_document_states_each_arm_mean(arm):
     doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith(f"| {arm} | 13."))
-    metrics = SUMMARY["arms"][arm]["metrics"]
-    for metric in ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@8 %", "maj@8 %"):
-        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+    _assert_arm_row(row, SUMMARY["arms"][arm]["metrics"], HELD_OUT_ROW)
 
 
 # Study B (issue 18): the document's per-arm and paired tables, and the README's one figure, are its summary's.
@@ -108,8 +127,7 @@ SUMMARY_B = json.loads((STUDY_B / "summary.json").read_text())
 
 
 def _section_b() -> list[str]:
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
-    return doc[doc.index("## Study B") : doc.index("## The earlier partial study")].splitlines()
+    return _section("## Study B", "## The earlier partial study")
 
 
 def test_study_b_is_complete_with_three_paired_seeds_of_three_arms():
@@ -122,16 +140,11 @@ def test_study_b_is_complete_with_three_paired_seeds_of_three_arms():
 @pytest.mark.parametrize("arm", ["gtpo", "grpo", "entropy-only"])
 def test_study_b_document_states_each_arm_mean(arm):
     row = next(line for line in _section_b() if line.startswith(f"| {arm} | "))
-    metrics = SUMMARY_B["arms"][arm]["metrics"]
-    for metric in ("reward", "format %", "accuracy %", "entropy"):
-        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+    _assert_arm_row(row, SUMMARY_B["arms"][arm]["metrics"], ("reward", "format %", "accuracy %", "entropy"))
 
 
 def test_study_b_document_states_each_paired_difference_and_its_reading():
-    rows = _section_b()
-    for pair in SUMMARY_B["pairs"]:
-        row = next(line for line in rows if line.startswith(f"| {pair['a']} − {pair['b']} | {pair['metric']} |"))
-        assert f"| {_interval(pair['diff'], 2, sign=True)} | {pair['verdict']} |" in row, row
+    _assert_pair_rows(_section_b(), SUMMARY_B["pairs"])
 
 
 def test_readme_states_study_b_answer():
@@ -180,26 +193,17 @@ def test_study_a_held_out_length_figures_are_the_results_files():
             assert all(a < b for a, b in zip(gtpo, grpo, strict=True))  # "5 of 5 seeds lower"
 
 
-def _section_a() -> list[str]:
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
-    return doc[doc.index("## Study A") : doc.index("## Study B")].splitlines()
-
-
 def test_study_a_gtpo_filter_arm_is_complete_and_documented():
     """The third arm's per-arm row, its 22 paired rows with their readings, and the README's pass@1 figure are the
     summary's; its seeds 1 and 4 are gtpo's seeds 1 and 4 (the auto filter was on there), which the document
     states from the held-out samples: identical files."""
     assert SUMMARY["arms"]["gtpo-filter"]["aggregated_seeds"] == [0, 1, 2, 3, 4]
-    rows = _section_a()
-    row = next(line for line in rows if line.startswith("| gtpo-filter | "))
+    rows = _section("## Study A", "## Study B")
     metrics = SUMMARY["arms"]["gtpo-filter"]["metrics"]
-    for metric in ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@8 %", "maj@8 %"):
-        assert f"| {_interval(metrics[metric], 2)} |" in row, metric
+    _assert_arm_row(next(line for line in rows if line.startswith("| gtpo-filter | ")), metrics, HELD_OUT_ROW)
     pairs = [p for p in SUMMARY["pairs"] if "gtpo-filter" in (p["a"], p["b"]) and p["metric"] != "maj@1 %"]
     assert len(pairs) == 22
-    for pair in pairs:
-        line = next(x for x in rows if x.startswith(f"| {pair['a']} − {pair['b']} | {pair['metric']} |"))
-        assert f"| {_interval(pair['diff'], 2, sign=True)} | {pair['verdict']} |" in line, line
+    _assert_pair_rows(rows, pairs)
     assert f"pass@1 {_num(metrics['pass@1 %']['mean'], 1)} % [{_num(metrics['pass@1 %']['low'], 1)}, " in _flat(
         ROOT / "README.md"
     )
