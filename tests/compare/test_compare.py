@@ -264,14 +264,16 @@ def test_a_second_compare_on_a_running_study_is_refused_and_a_stale_lock_is_take
     import os
     import socket
 
-    with compare.StudyLock(tmp_path), pytest.raises(ValueError, match="another gtpo compare"):
-        compare.StudyLock(tmp_path).__enter__()
-    assert not (tmp_path / compare.LOCK_FILE).exists()
+    from gtpo.compare.lock import LOCK_FILE, StudyLock
+
+    with StudyLock(tmp_path), pytest.raises(ValueError, match="another gtpo compare"):
+        StudyLock(tmp_path).__enter__()
+    assert not (tmp_path / LOCK_FILE).exists()
     # A lock left by a process that is gone (pid 0 is never a live process here) is taken over.
-    (tmp_path / compare.LOCK_FILE).write_text(f"{socket.gethostname()} 0\n")
-    with compare.StudyLock(tmp_path) as lock:
+    (tmp_path / LOCK_FILE).write_text(f"{socket.gethostname()} 0\n")
+    with StudyLock(tmp_path) as lock:
         assert lock.mine == f"{socket.gethostname()} {os.getpid()}"
-        assert (tmp_path / compare.LOCK_FILE).read_text().strip() == lock.mine
+        assert (tmp_path / LOCK_FILE).read_text().strip() == lock.mine
 
 
 def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length(study, tmp_path):

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from gtpo.cli.arguments import RecipeParser
 from gtpo.compare import report as compare_report
+from gtpo.compare.lock import StudyLock
 from gtpo.compare.study import (
     EVAL_DEFAULTS,
     SPEC_FILE,
     Spec,
-    StudyLock,
     missing_commands,
     parse_arms,
     run_all,

@@ -27,7 +27,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +37,6 @@ from gtpo.runs.metrics_log import prepare_for_resume
 logger = logging.getLogger(__name__)
 
 SPEC_FILE = "compare.json"
-LOCK_FILE = "compare.lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -295,43 +293,6 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
         spec.seeds = old.seeds + [s for s in spec.seeds if s not in old.seeds]  # more seeds may be added
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
-
-
-class StudyLock:
-    """OUT/compare.lock while a `gtpo compare` runs a study: a second one would resume the same run twice."""
-
-    def __init__(self, out: Path):
-        self.path = Path(out) / LOCK_FILE
-        self.mine = f"{socket.gethostname()} {os.getpid()}"
-
-    def __enter__(self):
-        if self.path.is_file():
-            host, _, pid = self.path.read_text().strip().partition(" ")
-            alive = host != socket.gethostname() or _pid_alive(int(pid or 0))
-            if alive:
-                raise ValueError(
-                    f"another gtpo compare (host {host}, pid {pid}) is running the study in "
-                    f"{self.path.parent}; wait for it, or delete {self.path} if it is gone"
-                )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(self.mine + "\n")
-        return self
-
-    def __exit__(self, *exc):
-        if self.path.is_file() and self.path.read_text().strip() == self.mine:
-            self.path.unlink()
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def evaluate_run(
