@@ -175,6 +175,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "entropy_temperature",
         "initial_entropy",
         "initial_entropy_prompts",
+        "use_prefix_sharing",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:
@@ -446,16 +447,24 @@ def test_gtpo_update_differs_from_grpo_on_conflicting_groups(tmp_path, tiny_mode
 
 
 def test_no_extra_forward_pass_beyond_trl_grpo(tmp_path, tiny_model_path, monkeypatch):
+    """One model forward per micro-batch, no reference model: each fused forward (TRL's padded one, or GTPO's
+    packed one) calls TRL's LM-head kernel exactly once, so counting kernel calls counts forwards."""
+    import trl.trainer.utils as trl_utils
+
     calls = {"gtpo": 0, "grpo": 0}
-    original = GRPOTrainer._get_per_token_logps_and_entropies
+    kernel = trl_utils._ChunkedLogProbFunction
+    current = {"arm": "gtpo"}
 
-    def counting(self, *args, **kwargs):
-        calls["gtpo" if isinstance(self, GTPOTrainer) else "grpo"] += 1
-        return original(self, *args, **kwargs)
+    class Counting:
+        @staticmethod
+        def apply(*args):
+            calls[current["arm"]] += 1
+            return kernel.apply(*args)
 
-    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Counting)
     common = settings(tmp_path, max_steps=2, per_device_train_batch_size=4, gradient_accumulation_steps=2)
     run(FixedGTPO, tiny_model_path, GTPOConfig(**common, initial_entropy=1.0))
+    current["arm"] = "grpo"
     run(FixedGRPO, tiny_model_path, GRPOConfig(**common, loss_type="grpo"))
     assert calls["gtpo"] == calls["grpo"] == 4  # one forward per micro-batch, no reference model
 

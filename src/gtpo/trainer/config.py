@@ -199,6 +199,17 @@ class GTPOConfig(GRPOConfig):
         metadata={"help": "Number of training prompts (the dataset's first rows) on which ⟨H⟩_ini is measured."},
     )
 
+    use_prefix_sharing: bool = field(
+        default=True,
+        metadata={
+            "help": "Score each micro-batch with each distinct prompt encoded once and no padding (the packed "
+            "layout of Prefix Grouper, arXiv 2506.05433; gtpo.trainer.shared_prefix): same log-probs, entropies "
+            "and gradients as TRL's padded layout, in fewer FLOPs. Applies to both algorithms. It falls back to "
+            "TRL's layout, with one log line, where it cannot apply (attention other than sdpa/eager, sliding "
+            "windows, vision inputs, MoE aux loss, FSDP/DeepSpeed) or would cost more. False: TRL's layout always."
+        },
+    )
+
     def __post_init__(self):
         # Resolved before TRL's __post_init__, which would set it to True whatever the device.
         if self.bf16 is None:

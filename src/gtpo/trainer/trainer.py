@@ -39,6 +39,7 @@ from gtpo.trainer import initial_entropy as entropy_init
 from gtpo.trainer import loss_options, untempered
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
+from gtpo.trainer.shared_prefix import PrefixSharingMixin
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ _FORWARD_INPUT_KEYS = (
 )
 
 
-class GTPOTrainer(GRPOTrainer):
+class GTPOTrainer(PrefixSharingMixin, GRPOTrainer):
     """Group-relative Trajectory-based Policy Optimization on TRL; arguments as `GRPOTrainer`'s.
 
     `args` must be a `GTPOConfig` (every `GRPOConfig` argument is accepted there). The training

@@ -5,12 +5,13 @@ states go through `ChunkedLogProbFunction`, which divides the logits by the samp
 its softmax, so its entropies are those of the *tempered* distribution. The paper's H is the entropy of the
 model's own next-token distribution (Sec. 4.2), and the authors' code computes it from untempered logits.
 
-`untempered_entropy(...)` is a context manager that, for the calls made inside it, wraps that kernel: the
-tempered call runs as TRL's (log-probs, and so importance ratios, unchanged), and a second pass of the *LM
-head only* over the same hidden states, at temperature 1, replaces the entropy output. That pass is
-detached (no gradient, nothing saved for backward) unless the entropy must carry a gradient
-(`entropy_term="differentiable"`). The tempered entropies are kept on the side (`Capture.sampling`) for
-TRL's own `entropy` metric, which keeps TRL's meaning (entropy of the sampling distribution).
+`untempered_entropy(...)` is a context manager that, for the calls made inside it, replaces that kernel with
+:func:`gtpo.trainer.lm_head.token_scores`, which folds each logit tile at both temperatures: the log-probs
+(and so the importance ratios) stay those of the tempered distribution, and the entropy output is the
+temperature-1 one, from the same projection (one pass of the LM head, not two). It carries a gradient only
+when the entropy must (`entropy_term="differentiable"`). The tempered entropies are kept on the side
+(`Capture.sampling`) for TRL's own `entropy` metric, which keeps TRL's meaning (entropy of the sampling
+distribution).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 import trl.trainer.utils as trl_utils
+
+from gtpo.trainer import lm_head
 
 # The module global TRL's fused forward looks up at call time (trl/trainer/utils.py, `_fused_forward`).
 KERNEL_NAME = "_ChunkedLogProbFunction"
@@ -32,7 +35,7 @@ class Capture:
     sampling: list[torch.Tensor] = field(default_factory=list)
 
 
-class _Kernel:
+class EntropyKernel:
     """Stands in for `ChunkedLogProbFunction` (same `apply` signature); entropy output at temperature 1."""
 
     def __init__(self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None):
@@ -51,28 +54,33 @@ class _Kernel:
         logit_scale=1.0,
         outputs=("log_probs", "entropy"),
     ):
-        result = self.kernel.apply(
-            hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs
-        )
-        if result[1] is None:  # entropy not requested: nothing to replace
-            return result
-        self.capture.sampling.append(result[1].detach())
-        # Same hidden states, weights, soft-capping and logit scale as TRL's call: only 1/T differs.
-        grad = self.differentiable and torch.is_grad_enabled()
-        with torch.set_grad_enabled(grad):
-            source = hidden if grad else hidden.detach()
-            # Where TRL scores every position (devices without Triton), score only those with a label:
-            # the prompt's positions would be thrown away (their entropy is zeroed by TRL anyway).
-            keep = self.scored if self.scored is not None and self.scored.numel() == hidden.shape[0] else None
-            if keep is not None:
-                keep = keep.to(hidden.device)
-                source, targets = source[keep], targets[keep]
-            untempered = self.kernel.apply(
-                source, weight, bias, targets, 1.0, chunk_size, softcap, logit_scale, ("log_probs", "entropy")
-            )[1]  # (n,)
-            if keep is not None:
-                untempered = untempered.new_zeros(keep.shape).masked_scatter(keep, untempered)  # (N,)
-        return (result[0], untempered, *result[2:])
+        if "entropy" not in outputs or set(outputs) - {"log_probs", "entropy"}:
+            # Nothing to replace, or fields the single-pass head does not compute: TRL's kernel as is.
+            return self.kernel.apply(
+                hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs
+            )
+        # Where TRL scores every position (devices without Triton), score only those with a label: the
+        # prompt's positions would be thrown away (TRL zeroes their outputs).
+        keep = self.scored if self.scored is not None and self.scored.numel() == hidden.shape[0] else None
+        if keep is not None:
+            keep = keep.to(hidden.device)
+            hidden, targets = hidden[keep], targets[keep]
+        scores = lm_head.token_scores(
+            hidden,
+            weight,
+            bias,
+            targets,
+            temperature,
+            chunk_size=chunk_size,
+            softcap=softcap,
+            logit_scale=logit_scale,
+            differentiable_entropy=self.differentiable and torch.is_grad_enabled(),
+        )  # three (n,)
+        result = (scores.log_probs, scores.entropy, scores.sampling_entropy)
+        if keep is not None:
+            result = tuple(x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)  # (N,)
+        self.capture.sampling.append(result[2])
+        return (result[0], result[1], None, None, None)
 
 
 @contextlib.contextmanager
@@ -89,11 +97,17 @@ def untempered_entropy(enabled: bool = True, differentiable: bool = False, score
         yield capture
         return
     original = getattr(trl_utils, KERNEL_NAME)
-    setattr(trl_utils, KERNEL_NAME, _Kernel(original, capture, differentiable, scored))
+    setattr(trl_utils, KERNEL_NAME, EntropyKernel(original, capture, differentiable, scored))
     try:
         yield capture
     finally:
         setattr(trl_utils, KERNEL_NAME, original)
+
+
+def active_capture() -> Capture | None:
+    """The `Capture` of the `untempered_entropy` block in force, or None outside one."""
+    kernel = getattr(trl_utils, KERNEL_NAME)
+    return kernel.capture if isinstance(kernel, EntropyKernel) else None
 
 
 def scored_positions(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:

@@ -1,0 +1,338 @@
+"""Score a group's completions with its prompt encoded once: the packed layout of Prefix Grouper (arXiv 2506.05433).
+
+TRL scores a micro-batch as B rows of (left-padded prompt + completion right-padded to the batch's longest), so
+a group's prompt is encoded G times and most positions can be padding. Here the rows are packed into ONE
+sequence, with no padding: for each distinct prompt, its tokens but the last (the *prefix*) once, then for each
+of its completions a *segment* [the prompt's last token, completion[:-1]] (a segment's position t predicts
+completion token t). A custom 4D mask lets each segment attend to itself causally and to its own prefix, and
+nothing else; position ids are the ones TRL's padded row gives each token (its column), so every completion
+token sees exactly the keys, values and positions it sees in TRL's layout. The outputs are then TRL's up to
+floating-point summation order, and the gradient of the shared prefix is the sum over its completions, as in
+TRL's (Prefix Grouper, Sec. 3).
+
+Position ids alone are not enough: transformers then reads a drop in positions as the start of an independent
+sequence, and a segment would not see its prefix. A dense mask costs (P + ΣL)² in attention, more than the padded
+layout's Σ(P + L_max)² when completions are long, so :func:`packed_is_cheaper` compares the two from the model's
+config and the batch's lengths, and TRL's padded path runs where packing would cost more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from dataclasses import dataclass
+
+import torch
+import trl.trainer.utils as trl_utils
+
+from gtpo.trainer import untempered
+
+logger = logging.getLogger(__name__)
+
+# Attention implementations that honour a custom 4D mask (flash and paged attention ignore it).
+MASKED_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass
+class PackedBatch:
+    """One micro-batch packed as a single sequence of N positions.
+
+    Attributes:
+        input_ids: (1, N) long: prefixes and segments, no padding.
+        position_ids: (1, N) long: each token's column in TRL's padded row.
+        attention_mask: (1, 1, N, N) bool: True where a query position may attend to a key position.
+        shift_labels: (1, N) long: the next-token label of each position, -100 where nothing is scored.
+        source: (B, K) long: the packed position that scores completion token (b, k), -1 where (b, k) is padding.
+        prompts: the number of distinct prompts (prefixes) packed.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    shift_labels: torch.Tensor
+    source: torch.Tensor
+    prompts: int
+
+    @property
+    def scored(self) -> torch.Tensor:
+        """(N,) bool: the positions with a label."""
+        return self.shift_labels[0] != -100
+
+    def unpack(self, values: torch.Tensor) -> torch.Tensor:
+        """(1, N) per-position values -> (B, K) per completion token, 0 where (b, k) is padding (as TRL's)."""
+        flat = values.reshape(-1)
+        gathered = flat[self.source.clamp(min=0)]  # (B, K)
+        return gathered.masked_fill(self.source < 0, 0)
+
+
+def layout_problem(attention_mask: torch.Tensor, logits_to_keep: int) -> str | None:
+    """Why the packed layout cannot represent this batch, or None.
+
+    Args:
+        attention_mask: (B, L) 0/1, prompt (left-padded) then completion (right-padded).
+        logits_to_keep: K, the completion width.
+    """
+    prompt_mask = attention_mask[:, : attention_mask.shape[1] - logits_to_keep]
+    completion_mask = attention_mask[:, attention_mask.shape[1] - logits_to_keep :]
+    if prompt_mask.shape[1] == 0:
+        return "the batch has no prompt tokens"
+    # Left padding: a row's mask never falls from 1 to 0 in the prompt, never rises from 0 to 1 in the completion.
+    if (prompt_mask[:, 1:] < prompt_mask[:, :-1]).any() or not bool(prompt_mask[:, -1].all()):
+        return "a prompt is not left-padded (its attention mask has a hole or ends in padding)"
+    if (completion_mask[:, 1:] > completion_mask[:, :-1]).any():
+        return "a completion's attention mask has a hole (tool output or a custom rollout)"
+    return None
+
+
+def pack(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *, mask_dtype: torch.dtype | None = None
+) -> PackedBatch:
+    """Pack a (B, L) batch of prompt + completion rows (TRL's layout) into one sequence; see the module docstring.
+
+    Args:
+        input_ids: (B, L) long, left-padded prompts then right-padded completions of width K = logits_to_keep.
+        attention_mask: (B, L) 0/1 of the same layout (:func:`layout_problem` must return None for it).
+        logits_to_keep: K.
+        mask_dtype: None for a boolean mask (sdpa), or the float dtype of an additive mask (eager attention).
+
+    Returns:
+        PackedBatch. Rows with the same prompt tokens (and padding) share one prefix, in order of first appearance.
+    """
+    device = input_ids.device
+    batch, length = input_ids.shape
+    prompt_width = length - logits_to_keep
+    prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
+    completion_ids = input_ids[:, prompt_width:]
+    completion_lengths = attention_mask[:, prompt_width:].sum(dim=1).tolist()  # one host sync
+    pads = (prompt_width - prompt_mask.sum(dim=1)).tolist()
+    # Group rows by their prompt row (TRL shuffles rows, so a group's completions need not be adjacent).
+    keys = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
+    _, group_of_row = torch.unique(keys, dim=0, return_inverse=True)
+    group_of_row = group_of_row.tolist()
+    order: dict[int, list[int]] = {}
+    for row, group in enumerate(group_of_row):
+        order.setdefault(group, []).append(row)
+
+    ids, positions, labels, segment, prompt_of = [], [], [], [], []
+    source = torch.full((batch, logits_to_keep), -1, dtype=torch.long)
+    offset = 0
+    for number, rows in enumerate(order.values()):
+        first = rows[0]
+        pad = pads[first]
+        prefix = prompt_ids[first, pad : prompt_width - 1]  # prompt[:-1], unpadded
+        ids.append(prefix)
+        positions.append(torch.arange(pad, prompt_width - 1, device=device))
+        labels.append(torch.full((prefix.numel(),), -100, dtype=torch.long, device=device))
+        segment.append(torch.full((prefix.numel(),), -1, dtype=torch.long, device=device))
+        prompt_of.append(torch.full((prefix.numel(),), number, dtype=torch.long, device=device))
+        offset += prefix.numel()
+        last = prompt_ids[first, prompt_width - 1 :]  # (1,) the prompt's last token
+        for row in rows:
+            n = completion_lengths[row]
+            if n == 0:
+                continue  # an empty completion scores nothing (TRL's row is all -100 there)
+            ids.append(torch.cat([last, completion_ids[row, : n - 1]]))
+            positions.append(torch.arange(prompt_width - 1, prompt_width - 1 + n, device=device))
+            labels.append(completion_ids[row, :n])
+            segment.append(torch.full((n,), row, dtype=torch.long, device=device))
+            prompt_of.append(torch.full((n,), number, dtype=torch.long, device=device))
+            source[row, :n] = torch.arange(offset, offset + n)
+            offset += n
+    segment_t, prompt_t = torch.cat(segment), torch.cat(prompt_of)  # (N,)
+    causal = torch.ones(offset, offset, dtype=torch.bool, device=device).tril_()
+    same_prompt = prompt_t.unsqueeze(1) == prompt_t.unsqueeze(0)
+    visible = (segment_t.unsqueeze(0) == -1) | (segment_t.unsqueeze(1) == segment_t.unsqueeze(0))
+    mask = (causal & same_prompt & visible).reshape(1, 1, offset, offset)
+    if mask_dtype is not None:
+        additive = torch.zeros(mask.shape, dtype=mask_dtype, device=device)
+        mask = additive.masked_fill_(~mask, torch.finfo(mask_dtype).min)
+    return PackedBatch(
+        input_ids=torch.cat(ids).unsqueeze(0),
+        position_ids=torch.cat(positions).unsqueeze(0),
+        attention_mask=mask,
+        shift_labels=torch.cat(labels).unsqueeze(0),
+        source=source.to(device),
+        prompts=len(order),
+    )
+
+
+def _layer_costs(config) -> tuple[float, float] | None:
+    """FLOPs of one decoder layer per token (the projections) and per (query, key) pair (QK^T and AV)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = getattr(config, "hidden_size", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if not hidden or not layers:
+        return None
+    heads = getattr(config, "num_attention_heads", None) or 1
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
+    attention_width = heads * head_dim
+    params = hidden * (2 * attention_width + 2 * kv_heads * head_dim) + 3 * hidden * intermediate
+    return 2.0 * params * layers, 4.0 * attention_width * layers
+
+
+def packed_is_cheaper(config, batch: int, length: int, packed_length: int) -> bool:
+    """Whether the packed layout costs fewer backbone FLOPs than TRL's padded one.
+
+    Args:
+        config: the model's config (hidden size, heads, layers, MLP width).
+        batch, length: B and L of TRL's (B, L) padded batch.
+        packed_length: N of the packed sequence.
+
+    Padded: B·L tokens and B·L² attention pairs (SDPA computes the masked ones too); packed: N tokens and N²
+    pairs. The LM head scores the same positions in both, so it is left out.
+    """
+    costs = _layer_costs(config)
+    if costs is None:
+        return False
+    per_token, per_pair = costs
+    padded_cost = batch * length * (per_token + length * per_pair)
+    packed_cost = packed_length * (per_token + packed_length * per_pair)
+    return packed_cost <= padded_cost
+
+
+class _Restrict:
+    """Stands in for TRL's LM-head kernel during one packed call: scores the labelled positions only.
+
+    On devices without Triton, TRL's fused forward scores every position (prefix positions too, labels -100);
+    their outputs are zeroed afterwards, so skipping them changes no number. The wrapped kernel (TRL's, or
+    `untempered`'s single-pass head) sees the (n, H) labelled hidden states.
+    """
+
+    def __init__(self, kernel, scored: torch.Tensor):
+        self.kernel, self.scored = kernel, scored
+
+    def apply(self, hidden, weight, bias, targets, *args):
+        if hidden.shape[0] != self.scored.numel():  # Triton devices: TRL already passes the labelled rows only
+            return self.kernel.apply(hidden, weight, bias, targets, *args)
+        keep = self.scored
+        result = self.kernel.apply(hidden[keep], weight, bias, targets[keep], *args)
+        return tuple(None if x is None else x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)
+
+
+@contextlib.contextmanager
+def scoring_only(scored: torch.Tensor):
+    """Within the block, TRL's fused LM head projects only the positions where ``scored`` (N,) is True."""
+    original = getattr(trl_utils, untempered.KERNEL_NAME)
+    inner = original
+    if isinstance(original, untempered.EntropyKernel):  # it would read its (B, L-1) positions into packed rows
+        inner = copy.copy(original)
+        inner.scored = None
+    setattr(trl_utils, untempered.KERNEL_NAME, _Restrict(inner, scored))
+    try:
+        yield
+    finally:
+        setattr(trl_utils, untempered.KERNEL_NAME, original)
+
+
+class PrefixSharingMixin:
+    """`GRPOTrainer._get_per_token_logps_and_entropies` with each distinct prompt encoded once per micro-batch.
+
+    Every log-prob TRL computes goes through that method: the loss, the old log-probs, the reference model's
+    (beta > 0) and GTPO's ⟨H⟩_ini. Where packing cannot apply, or would cost more, it falls back to TRL's padded
+    path and says why once per reason in the log. Mixed in before `GRPOTrainer`, for both algorithms, so that
+    GTPO-vs-GRPO comparisons run on the same layout.
+    """
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **extra,
+    ):
+        reason = self._prefix_sharing_problem(model, compute_aux_loss, extra)
+        reason = reason or layout_problem(attention_mask, logits_to_keep)
+        fallback = super()._get_per_token_logps_and_entropies
+        if reason is not None:
+            self._note_prefix_sharing(reason)
+            return fallback(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **extra,
+            )  # fmt: skip
+        config = self.accelerator.unwrap_model(model).config
+        mask_dtype = None if config._attn_implementation == "sdpa" else self.accelerator.unwrap_model(model).dtype
+        batch_size = batch_size or input_ids.size(0)
+        all_logps, all_entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
+            if not packed_is_cheaper(config, *ids.shape, packed.input_ids.size(1)):
+                self._note_prefix_sharing("packing would cost more than padding for this batch's lengths")
+                logps, entropies, _ = fallback(model, ids, mask, logits_to_keep, None, compute_entropy)
+            else:
+                logps, entropies = self._packed_logps(model, packed, mask, logits_to_keep)
+            all_logps.append(logps)
+            all_entropies.append(entropies)
+        entropies = torch.cat(all_entropies) if compute_entropy else None
+        return torch.cat(all_logps), entropies, None
+
+    def _packed_logps(self, model, packed: PackedBatch, attention_mask, logits_to_keep):
+        """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
+        capture = untempered.active_capture()
+        seen = len(capture.sampling) if capture is not None else 0
+        with scoring_only(packed.scored), self.accelerator.autocast():
+            output = model(
+                input_ids=packed.input_ids,
+                attention_mask=packed.attention_mask,
+                position_ids=packed.position_ids,
+                shift_labels=packed.shift_labels,
+                fused_lm_head=True,
+            )
+        if not getattr(self, "_prefix_sharing_announced", False):
+            self._prefix_sharing_announced = True
+            logger.info(
+                "prefix sharing: %d rows (%d distinct prompts) packed into %d positions, against %d padded "
+                "(use_prefix_sharing=False for TRL's layout)",
+                attention_mask.size(0), packed.prompts, packed.input_ids.size(1), attention_mask.numel(),
+            )  # fmt: skip
+        if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
+            for index in range(seen, len(capture.sampling)):
+                flat = capture.sampling[index]
+                if flat.numel() != packed.scored.numel():
+                    flat = flat.new_zeros(packed.scored.shape).masked_scatter(packed.scored, flat)
+                full = flat.new_zeros(attention_mask.size(0), attention_mask.size(1) - 1)
+                full[:, -logits_to_keep:] = packed.unpack(flat)
+                capture.sampling[index] = full.reshape(-1)
+        entropies = None if output.entropy is None else packed.unpack(output.entropy)
+        return packed.unpack(output.log_probs), entropies
+
+    def _prefix_sharing_problem(self, model, compute_aux_loss, extra) -> str | None:
+        """Why the packed layout cannot run for this model and these inputs, or None."""
+        if not getattr(self.args, "use_prefix_sharing", True):
+            return "use_prefix_sharing=False"
+        if any(value is not None for value in extra.values()):
+            return "vision-language inputs"
+        if compute_aux_loss:
+            return "the MoE load-balancing loss takes a 2D attention mask"
+        if getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False):
+            return "FSDP and DeepSpeed are not tested with the packed layout"
+        unwrapped = self.accelerator.unwrap_model(model)
+        if (
+            getattr(unwrapped, "active_peft_config", None) is not None
+            and unwrapped.active_peft_config.is_prompt_learning
+        ):
+            return "prompt-learning PEFT adds virtual tokens to every row"
+        config = unwrapped.config
+        text = config.get_text_config()
+        if config.is_encoder_decoder:
+            return "an encoder-decoder model"
+        if config._attn_implementation not in MASKED_ATTENTION:
+            return f"attn_implementation={config._attn_implementation!r} ignores custom 4D masks (sdpa or eager do not)"
+        if any(kind != "full_attention" for kind in getattr(text, "layer_types", None) or ()):
+            return "layers with sliding or chunked attention"
+        if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+            return "sliding-window attention"
+        return None
+
+    def _note_prefix_sharing(self, reason: str) -> None:
+        noted = self.__dict__.setdefault("_prefix_sharing_notes", set())
+        if reason not in noted:
+            noted.add(reason)
+            logger.info("prefix sharing off (%s): TRL's padded layout scores this batch", reason)
