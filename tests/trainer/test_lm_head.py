@@ -1,0 +1,140 @@
+"""The single-pass LM head (gtpo.trainer.lm_head.token_scores) against the two-pass result it replaces.
+
+Invariant: folding one logit tile at two temperatures gives the same log-probs (temperature T), entropies
+(temperature 1 and T) and gradients as running TRL's chunked kernel twice, once per temperature, within 1e-5
+(forward) and 1e-5 relative (gradients). Checked on the torch fold (CPU, full layout) and on the Triton branch
+with TRL's Triton kernels replaced by TRL's own torch tile functions (no Triton device here: this checks our
+statistics and gradient bookkeeping on that branch, not the kernels themselves).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from trl.kernels import chunked_logprob as trl_kernel
+
+from gtpo.trainer import lm_head
+
+OUTPUTS = ("log_probs", "entropy")
+
+
+def _inputs(seed: int = 0, tokens: int = 48, width: int = 32, vocab: int = 1000):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator) * 0.5  # logits of std ~3, as a trained LM head's
+    bias = torch.randn(vocab, generator=generator) * 0.1
+    targets = torch.randint(0, vocab, (tokens,), generator=generator)
+    return hidden.requires_grad_(), weight.requires_grad_(), bias.requires_grad_(), targets
+
+
+def _two_pass(hidden, weight, bias, targets, temperature, softcap, scale):
+    """Today's reference: TRL's kernel at T (log-probs, sampling entropy), then again at 1 (entropy)."""
+    apply = trl_kernel.ChunkedLogProbFunction.apply
+    log_probs, sampling_entropy, *_ = apply(hidden, weight, bias, targets, temperature, 300, softcap, scale, OUTPUTS)
+    _, entropy, *_ = apply(hidden, weight, bias, targets, 1.0, 300, softcap, scale, OUTPUTS)
+    return log_probs, entropy, sampling_entropy
+
+
+def _compare(temperature, softcap, scale):
+    hidden, weight, bias, targets = _inputs()
+    ours = lm_head.token_scores(
+        hidden, weight, bias, targets, temperature, chunk_size=300, softcap=softcap, logit_scale=scale,
+        differentiable_entropy=True,
+    )  # fmt: skip
+    log_probs, entropy, sampling_entropy = _two_pass(hidden, weight, bias, targets, temperature, softcap, scale)
+    torch.testing.assert_close(ours.log_probs, log_probs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.entropy, entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.sampling_entropy, sampling_entropy, atol=1e-5, rtol=1e-5)
+    assert not ours.sampling_entropy.requires_grad
+    # The loss GTPO differentiates: a weighted sum of tempered log-probs plus the temperature-1 entropy term.
+    weights = torch.linspace(-1, 1, len(targets))
+    ours_grads = torch.autograd.grad((ours.log_probs * weights).sum() + ours.entropy.sum(), (hidden, weight, bias))
+    reference = torch.autograd.grad((log_probs * weights).sum() + entropy.sum(), (hidden, weight, bias))
+    for got, expected in zip(ours_grads, reference, strict=True):
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-5
+    # The control: the two temperatures' entropies differ, so a swap would fail.
+    if temperature != 1.0:
+        assert (entropy - sampling_entropy).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("temperature", [0.5, 0.7, 1.0])
+@pytest.mark.parametrize(("softcap", "scale"), [(None, 1.0), (30.0, 0.8)])
+def test_one_pass_equals_two_passes_on_the_torch_fold(temperature, softcap, scale):
+    _compare(temperature, softcap, scale)
+
+
+class _Launcher:
+    """Stands in for a Triton kernel: `kernel[grid](...)` runs TRL's torch version of the same tile fold."""
+
+    def __init__(self, tile_function):
+        self.tile_function, self.launches = tile_function, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.tile_function
+
+
+@pytest.mark.parametrize("temperature", [0.5, 0.7])
+@pytest.mark.parametrize(("softcap", "scale"), [(None, 1.0), (30.0, 0.8)])
+def test_triton_branch_with_the_kernels_mocked_equals_two_passes(monkeypatch, temperature, softcap, scale):
+    forward, backward = _Launcher(trl_kernel._forward_tile), _Launcher(trl_kernel._backward_tile)
+    monkeypatch.setattr(lm_head.trl_kernel, "_use_triton", lambda device: True)
+    monkeypatch.setattr(lm_head.trl_kernel, "_forward_kernel", forward, raising=False)
+    monkeypatch.setattr(lm_head.trl_kernel, "_backward_kernel", backward, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "triton", type("triton", (), {"cdiv": lambda a, b: -(-a // b)}))
+    # The reference must not take the Triton branch itself: run TRL's kernel with its own check restored.
+    def two_pass(*args):
+        with monkeypatch.context() as inner:
+            inner.setattr(trl_kernel, "_use_triton", lambda device: False)
+            return _two_pass(*args)
+
+    hidden, weight, bias, targets = _inputs(seed=1)
+    ours = lm_head.token_scores(
+        hidden, weight, bias, targets, temperature, chunk_size=300, softcap=softcap, logit_scale=scale,
+        differentiable_entropy=True,
+    )  # fmt: skip
+    log_probs, entropy, sampling_entropy = two_pass(hidden, weight, bias, targets, temperature, softcap, scale)
+    assert forward.launches == 2 * 4  # 4 vocabulary tiles of 300 (1000 columns), each folded at 2 temperatures
+    torch.testing.assert_close(ours.log_probs, log_probs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.entropy, entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.sampling_entropy, sampling_entropy, atol=1e-5, rtol=1e-5)
+    weights = torch.linspace(-1, 1, len(targets))
+    ours_grads = torch.autograd.grad((ours.log_probs * weights).sum() + ours.entropy.sum(), (hidden, weight, bias))
+    with monkeypatch.context() as inner:
+        inner.setattr(trl_kernel, "_use_triton", lambda device: False)
+        reference = torch.autograd.grad((log_probs * weights).sum() + entropy.sum(), (hidden, weight, bias))
+    assert backward.launches == 2 * 4  # each tile's gradient at both temperatures
+    for got, expected in zip(ours_grads, reference, strict=True):
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-5
+
+
+def test_entropy_carries_no_gradient_unless_asked():
+    hidden, weight, bias, targets = _inputs()
+    scores = lm_head.token_scores(hidden, weight, bias, targets, 0.7, chunk_size=300)
+    assert scores.log_probs.requires_grad and not scores.entropy.requires_grad
+
+
+def test_untempered_kernel_makes_one_projection_per_tile(monkeypatch):
+    """The temperature-1 entropy no longer costs a second pass: inside `untempered_entropy`, one fused call
+    projects each (token chunk, vocabulary chunk) tile once (TRL's kernel is not called at all at T != 1)."""
+    import trl.trainer.utils as trl_utils
+
+    from gtpo.trainer import untempered
+
+    products = []
+    real_mm = torch.mm
+
+    def counting_mm(a, b, *args, **kwargs):
+        products.append(a.shape[0] * b.shape[1])
+        return real_mm(a, b, *args, **kwargs)
+
+    hidden, weight, bias, targets = _inputs()
+    with untempered.untempered_entropy(True):
+        kernel = getattr(trl_utils, untempered.KERNEL_NAME)
+        monkeypatch.setattr(lm_head.torch, "mm", counting_mm)
+        out = kernel.apply(hidden.detach(), weight.detach(), None, targets, 0.7, 300, None, 1.0, OUTPUTS)
+        monkeypatch.setattr(lm_head.torch, "mm", real_mm)
+    assert sum(products) == len(targets) * weight.shape[0]  # every logit computed exactly once
+    reference = _two_pass(hidden.detach(), weight.detach(), None, targets, 0.7, None, 1.0)
+    torch.testing.assert_close(out[1], reference[1], atol=1e-5, rtol=1e-5)  # the temperature-1 entropy
+    torch.testing.assert_close(out[0], reference[0], atol=1e-5, rtol=1e-5)  # the tempered log-probs

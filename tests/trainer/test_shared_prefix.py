@@ -1,0 +1,216 @@
+"""The packed layout (gtpo.trainer.shared_prefix): each distinct prompt encoded once, no padding, TRL's numbers.
+
+Invariants, each against TRL's own padded path (`GRPOTrainer._get_per_token_logps_and_entropies`, or the same run
+with `use_prefix_sharing=False`) in float32:
+- per-token log-probs and entropies agree within max(1e-5, twice what TRL's path itself changes between scoring
+  the rows one at a time and all 8 together);
+- parameter gradients agree within ‖Δg‖/‖g‖ ≤ 1e-4 per tensor (LoRA and full fine-tuning);
+- whole training runs give the same update with groups split over micro-batches, gradient accumulation,
+  num_iterations=2 and beta > 0;
+- where it cannot apply it falls back to TRL's path and says why in one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+
+from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
+from gtpo.trainer import shared_prefix  # noqa: E402
+from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state  # noqa: E402
+
+K = 6  # completion width
+PROMPT = 7  # prompt width, left-padded
+
+
+def _batch(vocab: int, seed: int = 0):
+    """8 rows, 3 distinct prompts of lengths 7, 4 and 5 (left-padded to 7), shuffled as TRL shuffles rows;
+    completions of lengths 6, 2, 0, 4, 6, 1, 3, 5 (right-padded), one empty."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(3, vocab, (3, PROMPT), generator=generator)
+    prompt_mask = torch.ones(3, PROMPT, dtype=torch.long)
+    prompt_mask[1, :3] = 0
+    prompt_mask[2, :2] = 0
+    prompts = prompts * prompt_mask
+    rows = [0, 1, 2, 0, 1, 2, 0, 1]
+    completions = torch.randint(3, vocab, (8, K), generator=generator)
+    completion_mask = torch.ones(8, K, dtype=torch.long)
+    for row, length in enumerate([6, 2, 0, 4, 6, 1, 3, 5]):
+        completion_mask[row, length:] = 0
+    ids = torch.cat([prompts[rows], completions * completion_mask], dim=1)
+    return ids, torch.cat([prompt_mask[rows], completion_mask], dim=1)
+
+
+def test_pack_lays_out_prefixes_segments_positions_and_labels_by_hand():
+    # Prompt A = [11, 12, 13] (rows 0 and 2), prompt B = [pad, 21, 22] (row 1); completions of widths 2.
+    ids = torch.tensor([[11, 12, 13, 31, 32], [0, 21, 22, 41, 0], [11, 12, 13, 51, 52]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    packed = shared_prefix.pack(ids, mask, 2)
+    # A's prefix [11 12], row 0's segment [13 31], row 2's [13 51]; B's prefix [21], row 1's segment [22].
+    assert packed.input_ids.tolist() == [[11, 12, 13, 31, 13, 51, 21, 22]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 1, 2]]  # each token's column in TRL's row
+    assert packed.shift_labels.tolist() == [[-100, -100, 31, 32, 51, 52, -100, 41]]
+    assert packed.source.tolist() == [[2, 3], [7, -1], [4, 5]]
+    assert packed.prompts == 2
+    visible = packed.attention_mask[0, 0].int().tolist()
+    assert visible == [
+        [1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0],  # row 2's segment sees A's prefix and itself, not row 0's segment
+        [1, 1, 0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 0, 0, 1, 0],  # B's prefix sees nothing of A
+        [0, 0, 0, 0, 0, 0, 1, 1],
+    ]
+    additive = shared_prefix.pack(ids, mask, 2, mask_dtype=torch.float32).attention_mask
+    assert torch.equal(additive == 0, packed.attention_mask)  # eager attention's additive form of the same mask
+
+
+def test_layout_problem_names_what_packing_cannot_represent():
+    assert shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]), 2) is None
+    assert "hole" in shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]), 2)
+    assert "left-padded" in shared_prefix.layout_problem(torch.tensor([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]]), 2)
+
+
+def _trainer(tmp_path, tiny_model_path, **overrides):
+    args = GTPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], num_generations=4,
+        per_device_train_batch_size=8, max_completion_length=K, **overrides,
+    )  # fmt: skip
+    return GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(8))
+
+
+def _trl(trainer, model, ids, mask, **kwargs):
+    return GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, K, **kwargs)
+
+
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_packed_scores_and_gradients_equal_trl_padded_ones(tmp_path, tiny_model_path, peft):
+    from peft import LoraConfig
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False) if peft else None
+    trainer = GTPOTrainer(
+        model=tiny_model_path, reward_funcs=table_reward, train_dataset=make_dataset(8), peft_config=config,
+        args=GTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=4,
+                        per_device_train_batch_size=8, max_completion_length=K),
+    )  # fmt: skip
+    model = trainer.model
+    ids, mask = _batch(model.config.vocab_size)
+    packed = shared_prefix.pack(ids, mask, K)
+    assert packed.prompts == 3 and packed.input_ids.size(1) == 6 + 3 + 4 + 27  # prefixes + completion tokens
+
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, K, compute_entropy=True)
+    trl_logps, trl_entropies, _ = _trl(trainer, model, ids, mask, compute_entropy=True)
+    one_by_one = torch.cat([_trl(trainer, model, ids[i : i + 1], mask[i : i + 1])[0] for i in range(8)])
+    tolerance = max(1e-5, 2 * (one_by_one - trl_logps).abs().max().item())
+    assert (logps - trl_logps).abs().max().item() <= tolerance
+    assert (entropies - trl_entropies).abs().max().item() <= tolerance
+    assert (logps[mask[:, PROMPT:] == 0] == 0).all()  # padding scores 0, as TRL's
+
+    weights = torch.randn(8, K, generator=torch.Generator().manual_seed(1))
+    gradients = []
+    for score in (trainer._get_per_token_logps_and_entropies, lambda *a, **k: _trl(trainer, *a[:3], **k)):
+        model.zero_grad()
+        out, ent, _ = score(model, ids, mask, K, compute_entropy=True)
+        ((out * weights).sum() + ent.sum()).backward()
+        gradients.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert gradients[0].keys() == gradients[1].keys() and len(gradients[0]) > 0
+    for name, expected in gradients[1].items():
+        assert (gradients[0][name] - expected).norm() <= 1e-4 * expected.norm(), name
+
+
+def test_eager_attention_packs_with_an_additive_mask(tmp_path, tiny_model_path, caplog):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, attn_implementation="eager")
+    args = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=4,
+                      per_device_train_batch_size=8, max_completion_length=K)  # fmt: skip
+    trainer = GTPOTrainer(model=model, reward_funcs=table_reward, args=args, train_dataset=make_dataset(8))
+    ids, mask = _batch(model.config.vocab_size, seed=2)
+    with caplog.at_level(logging.INFO, logger="gtpo.trainer.shared_prefix"):
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, K)
+    assert "prefix sharing: 8 rows (3 distinct prompts) packed into 40 positions" in caplog.text
+    torch.testing.assert_close(logps, _trl(trainer, trainer.model, ids, mask)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (dict(use_prefix_sharing=False), "use_prefix_sharing=False"),
+        ("sliding", "sliding-window attention"),
+        ("flash", "ignores custom 4D masks"),
+        ("hole", "a completion's attention mask has a hole"),
+    ],
+)
+def test_falls_back_to_trl_and_says_why_once(tmp_path, tiny_model_path, caplog, monkeypatch, change, reason):
+    trainer = _trainer(tmp_path, tiny_model_path, **(change if isinstance(change, dict) else {}))
+    ids, mask = _batch(trainer.model.config.vocab_size)
+    if change == "sliding":
+        monkeypatch.setattr(trainer.model.config, "sliding_window", 4, raising=False)
+    if change == "flash":
+        monkeypatch.setattr(trainer.model.config, "_attn_implementation", "flash_attention_2")
+    if change == "hole":
+        mask[0, PROMPT + 2] = 0
+    calls = []
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", lambda *a, **k: calls.append(1))
+    with caplog.at_level(logging.INFO, logger="gtpo.trainer.shared_prefix"):
+        for _ in range(2):
+            trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, K)
+    assert len(calls) == 2  # TRL's path, each time
+    lines = [r.getMessage() for r in caplog.records if "prefix sharing off" in r.getMessage()]
+    assert len(lines) == 1 and reason in lines[0], lines  # one line per reason, not one per batch
+
+
+class _Fixed(FixedGeneration, GTPOTrainer):
+    pass
+
+
+SGD = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, lr_scheduler_type="constant")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(per_device_train_batch_size=2, steps_per_generation=4),  # each group spread over 2 micro-batches
+        dict(per_device_train_batch_size=4, gradient_accumulation_steps=2),
+        dict(num_iterations=2, max_steps=2, learning_rate=0.05),  # old log-probs, clipping on a moved policy
+        dict(beta=0.04, algorithm="grpo"),  # the reference model's log-probs go through the same method
+        dict(temperature=0.7, entropy_term="differentiable", entropy_gamma=0.1),  # the single-pass head's gradient
+    ],
+    ids=["default", "group-split", "accumulation", "two-iterations", "beta-grpo", "T0.7-differentiable"],
+)
+def test_training_update_equals_the_padded_layout(tmp_path, tiny_model_path, overrides, monkeypatch):
+    packed_calls = []
+    original = shared_prefix.PrefixSharingMixin._packed_logps
+    monkeypatch.setattr(
+        shared_prefix.PrefixSharingMixin, "_packed_logps", lambda *a: packed_calls.append(1) or original(*a)
+    )
+    updates = []
+    for sharing in (True, False):
+        packed_calls.clear()
+        config = dict(
+            output_dir=str(tmp_path / f"out-{sharing}"), per_device_train_batch_size=8, num_generations=4,
+            max_completion_length=8, max_steps=1, report_to=[], use_cpu=True, bf16=False, save_strategy="no",
+            seed=0, disable_tqdm=True, initial_entropy=1.0, use_prefix_sharing=sharing, **SGD,
+        )  # fmt: skip
+        config.update(overrides)
+        trainer = _Fixed(
+            model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**config), train_dataset=make_dataset()
+        )
+        before = trainable_state(trainer.model)
+        trainer.train()
+        after = trainable_state(trainer.model)
+        updates.append({name: after[name] - before[name] for name in before})
+        assert bool(packed_calls) == sharing  # the packed path ran in the first run only
+    assert max(u.abs().max().item() for u in updates[1].values()) > 1e-3  # the step moved the weights
+    for name, expected in updates[1].items():
+        assert (updates[0][name] - expected).norm() <= 1e-4 * expected.norm() + 1e-7, name
