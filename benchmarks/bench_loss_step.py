@@ -1,0 +1,247 @@
+"""The training step's forward and backward (the part issue 29 changes), GTPO against stock TRL, on replayed completions.
+
+    python benchmarks/bench_loss_step.py --shape default          # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
+    python benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7   # vocabulary 151,936, 2 layers
+
+Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
+- `trl`: stock `trl.GRPOTrainer` (loss_type="grpo", beta=0): TRL's padded layout;
+- `gtpo`: `GTPOTrainer` as shipped (prefix sharing on, the single-pass head at T != 1);
+- `gtpo-padded`: `GTPOTrainer` with `use_prefix_sharing=False`, to split the gain between layout and loss.
+Each repetition times, arm after arm, `compute_loss` (the forward; GTPO's own work, spans and `core.gtpo_loss`,
+is timed inside it and printed apart) and `loss.backward()` on one micro-batch of the generation batch. No
+optimizer step is taken, so the weights, and so every arm's inputs, stay the same. Medians over repetitions.
+
+Shapes:
+- `default`: the default recipe's (recipes/smollm2/synthetic/gtpo.yaml): SmolLM2-135M-Instruct (the offline GGUF),
+  one real synthetic prompt with the paper's system prompt and one worked example, G = 8 completions sampled from
+  the model (seed 0, at most 96 tokens, stopping at EOS), LoRA r = 16 on all seven projections, float32.
+- `paper-vocab`: Qwen2.5-1.5B's config with its 151,936-token vocabulary, reduced to 2 layers of width 256 with 4
+  attention heads and 2 key-value heads (head dim 64), G = 8 completions of 128-256 random tokens after a
+  100-token prompt, full fine-tuning, float32 on CPU (bf16 on CUDA).
+
+The roofline line divides the step's FLOPs by this machine's measured float32 matmul rate: the FLOPs that are
+needed (each prompt once, each completion token once, the LM head on scored positions) and those each arm's
+layout computes (forward + backward = 3 x forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import statistics
+import tempfile
+import time
+
+SHAPES = ("default", "paper-vocab")
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _matmul_rate(device: str, dtype) -> float:
+    """FLOP/s of a 2048^3 matmul on this device, best of 3."""
+    import torch
+
+    a = torch.randn(2048, 2048, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(4):
+        start = time.perf_counter()
+        a @ a
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * 2048**3 / best
+
+
+def _model_and_batch(shape: str, device: str):
+    """(base model, tokenizer, prompt messages, list of G completion id lists, lora rank or None)."""
+    import torch
+
+    from gtpo.models import load_model, load_tokenizer
+
+    if shape == "default":
+        from gtpo.tasks import load_task
+
+        model = load_model("smollm2", dtype=torch.float32)
+        tokenizer = load_tokenizer("smollm2")
+        row = load_task("synthetic", "train", few_shot=1)[0]
+        prompt = row["prompt"]
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+        torch.manual_seed(0)
+        with torch.no_grad():
+            out = model.generate(
+                ids.repeat(8, 1), do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=96,
+                pad_token_id=tokenizer.pad_token_id,
+            )  # fmt: skip
+        completions = []
+        for row_ids in out[:, ids.size(1) :].tolist():
+            if tokenizer.eos_token_id in row_ids:
+                row_ids = row_ids[: row_ids.index(tokenizer.eos_token_id) + 1]
+            completions.append(row_ids)
+        return model, tokenizer, prompt, completions, 16
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = load_tokenizer("tiny")  # ids < 512 are valid in the 151,936-token vocabulary
+    config = Qwen2Config(
+        vocab_size=151936, hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
+    words = " ".join(f"w{i}" for i in range(60))
+    prompt = [{"role": "user", "content": f"Add these: {words}"}]
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(128, 257, (8,), generator=generator).tolist()
+    completions = [torch.randint(3, 500, (n,), generator=generator).tolist() for n in lengths]
+    return model, tokenizer, prompt, completions, None
+
+
+def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, device):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gtpo import GTPOConfig, GTPOTrainer
+
+    class Replay:
+        """Generation replaced by the fixed completions (the same for every arm)."""
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            return [list(completions[i % len(completions)]) for i in range(len(prompt_ids))], None
+
+    group = len(completions)
+    common = dict(
+        output_dir=tempfile.mkdtemp(prefix=f"bench-loss-{arm}-"), per_device_train_batch_size=group,
+        num_generations=group, max_completion_length=max(len(c) for c in completions), temperature=temperature,
+        learning_rate=0.0, report_to=[], save_strategy="no", seed=0, disable_tqdm=True, use_cpu=device == "cpu",
+        bf16=device == "cuda", logging_steps=1,
+    )  # fmt: skip
+    if arm == "trl":
+        args, cls = GRPOConfig(**common, loss_type="grpo", beta=0.0), GRPOTrainer
+    else:
+        args = GTPOConfig(**common, initial_entropy=1.0, use_prefix_sharing=arm == "gtpo")
+        cls = GTPOTrainer
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=lora, lora_alpha=2 * lora, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        )  # fmt: skip
+
+    def reward(completions, **kwargs):  # spread, so advantages and GTPO's spans are not all zero
+        return [float(len(c[0]["content"] if isinstance(c, list) else c) % 4) for c in completions]
+
+    trainer = type(f"Replay{cls.__name__}", (Replay, cls), {})(
+        model=copy.deepcopy(base), reward_funcs=reward, args=args, processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": [prompt] * 4}), peft_config=peft_config,
+    )  # fmt: skip
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions([{"prompt": prompt}] * group)
+    return trainer, batch
+
+
+def _flops(config, prompt_tokens: int, completion_lengths: list[int], padded_width: int | None) -> float:
+    """Forward + backward FLOPs (3 x forward) of scoring the batch: backbone projections, attention, LM head."""
+    text = config.get_text_config()
+    hidden, layers = text.hidden_size, text.num_hidden_layers
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or hidden // heads
+    kv = text.num_key_value_heads
+    per_token = 2 * layers * (hidden * (2 * heads * head_dim + 2 * kv * head_dim) + 3 * hidden * text.intermediate_size)
+    head = 2 * hidden * text.vocab_size * sum(completion_lengths)
+    if padded_width is None:  # what is needed: the prompt once, each completion token once, causal attention
+        tokens = prompt_tokens + sum(completion_lengths)
+        pairs = prompt_tokens**2 / 2 + sum(n * prompt_tokens + n * n / 2 for n in completion_lengths)
+    else:
+        tokens = len(completion_lengths) * padded_width
+        pairs = len(completion_lengths) * padded_width**2
+    return 3 * (tokens * per_token + 4 * layers * heads * head_dim * pairs + head)
+
+
+def main(argv=None) -> None:
+    import torch
+
+    from gtpo import core
+    from gtpo.models import cpu_computes_bf16
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=SHAPES, default="default")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--arms", nargs="+", default=["trl", "gtpo", "gtpo-padded"])
+    options = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
+    trainers = {
+        arm: _trainer(arm, base, tokenizer, prompt, completions, lora, options.temperature, device)
+        for arm in options.arms
+    }
+    own = {"t": 0.0}
+    for name in ("conflict_spans", "gtpo_loss"):
+        original = getattr(core, name)
+
+        def timed(*args, _original=original, **kwargs):
+            start = time.perf_counter()
+            result = _original(*args, **kwargs)
+            own["t"] += time.perf_counter() - start
+            return result
+
+        setattr(core, name, timed)
+    times = {arm: {"forward": [], "backward": [], "own": []} for arm in trainers}
+    for rep in range(options.reps + 1):  # repetition 0 warms up
+        for arm, (trainer, batch) in trainers.items():
+            own["t"] = 0.0
+            trainer.model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            loss = trainer.compute_loss(trainer.model, batch)
+            forward = time.perf_counter() - start
+            start = time.perf_counter()
+            loss.backward()
+            backward = time.perf_counter() - start
+            if rep:
+                times[arm]["forward"].append(forward)
+                times[arm]["backward"].append(backward)
+                times[arm]["own"].append(own["t"])
+    batch = trainers[options.arms[0]][1]
+    prompt_tokens = int(batch["prompt_mask"][0].sum())
+    lengths = batch["completion_mask"].sum(1).tolist()
+    rate = _matmul_rate(device, torch.float32 if device == "cpu" else torch.bfloat16)
+    bf16 = cpu_computes_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
+    name = torch.cuda.get_device_name() if device == "cuda" else _cpu()
+    dtype = str(next(trainers[options.arms[0]][0].model.parameters()).dtype).removeprefix("torch.")
+    print(
+        f"device: {name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: {dtype}; shape {options.shape}: "
+        f"prompt {prompt_tokens} tokens, G = {len(lengths)}, completion lengths {lengths} (padded to "
+        f"{batch['completion_ids'].size(1)}), T = {options.temperature}; median of {options.reps} repetitions"
+    )
+    medians = {arm: {k: statistics.median(v) for k, v in t.items()} for arm, t in times.items()}
+    for arm, m in medians.items():
+        ratio = (m["forward"] + m["backward"]) / (medians["trl"]["forward"] + medians["trl"]["backward"])
+        print(
+            f"{arm:12s} forward {m['forward']:.3f} s (GTPO's own {1e3 * m['own']:.1f} ms), backward "
+            f"{m['backward']:.3f} s, forward+backward {m['forward'] + m['backward']:.3f} s = {ratio:.3f} x trl"
+        )
+    config = base.config
+    needed = _flops(config, prompt_tokens, lengths, None)
+    padded = _flops(config, prompt_tokens, lengths, int(batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)))
+    best = min(m["forward"] + m["backward"] for m in medians.values())
+    print(
+        f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured; needed {needed / 1e9:.1f} GFLOP -> {needed / rate:.3f} s, "
+        f"TRL's padded layout {padded / 1e9:.1f} GFLOP -> {padded / rate:.3f} s; fastest arm {best:.3f} s "
+        f"= {needed / rate / best:.0%} of the matmul roofline"
+    )
+
+
+if __name__ == "__main__":
+    main()
