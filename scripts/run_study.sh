@@ -4,6 +4,8 @@
 #
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO (+ gtpo-filter), lr 2e-4, 5 seeds, held-out eval
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
+#   scripts/run_study.sh smollm2-synthetic-lr1e-3-c   # study C (pre-registered): runaways at lr 1e-3, 2 arms x 12 seeds
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -14,13 +16,17 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/run_study.sh NAME (smollm2-synthetic-lr2e-4 or smollm2-synthetic-lr1e-3)}
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d"
+name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
 # its code commit, dtype bfloat16 -> auto, is overridden by --dtype float32). Later studies pin a copy of the
 # recipe of their code commit in the study folder (studies/NAME/recipe.yaml), so no edit can change them.
 recipe=recipes/smollm2/synthetic/gtpo.yaml
 pinned_recipe=$study/recipe.yaml
+# >>> The dtype of studies C and D: the lead sets it before their first run (float32 on this project's CPU, which
+# >>> emulates bf16; a GPU may take bfloat16), in the same commit as the PREREGISTRATION.md that states it.
+dtype_cd=float32
 
 case $name in
     smollm2-synthetic-lr2e-4)
@@ -42,7 +48,25 @@ case $name in
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
               --variant 'entropy-only:--conflict_correction false' --seeds 0 1 2
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 40 --dtype float32) ;;
-    *) echo "run_study.sh: unknown study '$name'; known: smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3" >&2
+    smollm2-synthetic-lr1e-3-c)
+        # Study C, pre-registered in studies/smollm2-synthetic-lr1e-3-c/PREREGISTRATION.md (committed before its
+        # first run): does GTPO prevent the runaway of study B? gtpo against grpo, 12 fresh seeds, training only.
+        # `gtpo compare` runs seeds in the outer loop (gtpo/seed100, grpo/seed100, gtpo/seed101, ...), so a stopped
+        # study has whole pairs.
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --seeds 100 101 102 103 104 105 106 107 108 109 110 111
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 40 --dtype "$dtype_cd") ;;
+    smollm2-synthetic-lr2e-4-d)
+        # Study D, pre-registered in studies/smollm2-synthetic-lr2e-4-d/PREREGISTRATION.md: the recipe as shipped
+        # (lr 2e-4), gtpo against grpo, 12 fresh paired seeds, study A's held-out evaluation (100 problems x 8
+        # samples, 96 tokens, temperature 1). Eval batch: 200 completions per generate call (25 problems x 8).
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --seeds 100 101 102 103 104 105 106 107 108 109 110 111
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype "$dtype_cd") ;;
+    *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac
 

@@ -216,3 +216,86 @@ def test_study_a_gtpo_filter_arm_is_complete_and_documented():
     assert (STUDY / "runs/gtpo/seed0/eval/synthetic/samples.jsonl").read_bytes() != (
         STUDY / "runs/gtpo-filter/seed0/eval/synthetic/samples.jsonl"
     ).read_bytes()
+
+
+# ------------------------------------------------------------------------------------------- issue 31's corrections
+
+
+def _steps(metrics: Path) -> list[dict]:
+    return [r for r in map(json.loads, metrics.read_text().splitlines()) if "reward" in r]
+
+
+def _analysis():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("analyze_preregistered", ROOT / "scripts/analyze_preregistered.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_steps_without_reward_signal_the_document_states():
+    """The count per run of steps whose group's rewards were all equal (frac_reward_zero_std = 1), as ranges."""
+
+    def zero_std(study: Path, arms: tuple[str, ...]) -> tuple[int, int]:
+        counts = [sum(r["frac_reward_zero_std"] == 1 for r in _steps(m)) for arm in arms
+                  for m in study.glob(f"runs/{arm}/seed*/metrics.jsonl")]  # fmt: skip
+        return min(counts), max(counts)
+
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    low, high = zero_std(STUDY, ("gtpo", "grpo"))
+    assert f"in {low}–{high} of the 40 steps of every `gtpo` and `grpo` run" in doc
+    low, high = zero_std(STUDY, ("gtpo-filter",))
+    assert f"({low}–{high} in `gtpo-filter`'s)" in doc
+    low, high = zero_std(STUDY_B, ("gtpo", "grpo", "entropy-only"))
+    assert f"in {low}–{high} of the 40 steps of each run" in doc
+
+
+def test_the_two_different_four_of_six_subsets_of_study_b():
+    """'4 of 6' counts two subsets: the runs that ended at the length limit and the runs whose raw entropy exceeded
+    ln 2 after step 2; the document names both, and they differ."""
+    import math
+
+    high_entropy = sorted(
+        str(m.parent.relative_to(STUDY_B / "runs"))
+        for m in STUDY_B.glob("runs/*/seed*/metrics.jsonl")
+        if any(r["step"] > 2 and r["entropy"] > math.log(2) for r in _steps(m))
+    )
+    assert high_entropy == ["entropy-only/seed0", "entropy-only/seed1", "grpo/seed0", "grpo/seed1"]
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert "but not the same four: grpo seeds 0 and 1 and entropy-only seeds 0 and 1" in doc
+    assert "(grpo seeds 1, 2, entropy-only seeds 0, 2)" in doc and "(grpo seeds 0, 1, entropy-only seeds 0, 1)" in doc
+
+
+def _pass1(arm: str, seed: int) -> float:
+    return 100 * json.loads((STUDY / f"runs/{arm}/seed{seed}/eval/synthetic/results.json").read_text())["pass@k"]["1"]
+
+
+def test_gtpo_filter_interval_over_the_seeds_where_the_arms_differ():
+    """Seeds 1 and 4 run the same computation in gtpo and gtpo-filter (difference 0); over seeds 0, 2, 3 alone the
+    pass@1 difference's interval is the one the document states."""
+    from gtpo.compare.stats import mean_interval
+
+    assert [_pass1("gtpo", s) - _pass1("gtpo-filter", s) for s in (1, 4)] == [0.0, 0.0]
+    interval = mean_interval([_pass1("gtpo", s) - _pass1("gtpo-filter", s) for s in (0, 2, 3)])
+    assert _interval(interval.as_dict(), 2, sign=True) in _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+
+
+def test_the_power_lines_are_the_scripts():
+    """Study A's SD of the paired pass@1 differences and its 95 % interval (chi-square quantiles with 4 degrees of
+    freedom, 0.4844 and 11.143, from any table), and the detectable effects the document quotes for A, B, C, D."""
+    import math
+
+    analysis = _analysis()
+    sd = statistics.stdev([_pass1("gtpo", s) - _pass1("grpo", s) for s in range(5)])
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    low, high = sd * math.sqrt(4 / 11.143), sd * math.sqrt(4 / 0.4844)
+    assert f"is {sd:.2f} points (95 % interval {low:.1f}–{high:.1f}" in doc
+    assert f"difference of {analysis.detectable_effect(sd, 5):.1f} points at SD {sd:.2f}" in doc
+    assert f"and {analysis.detectable_effect(29, 5):.1f} at SD 29" in doc
+    assert f"only a difference of {analysis.detectable_effect(1, 3):.2f}" in doc
+    assert f"smallest two-sided p is {analysis.fisher_exact(0, 3, 3, 0):.3f}" in doc
+    assert f"power {analysis.fisher_power(12, 12, 0, 2 / 3, 'less'):.3f} if the true rates are 0 and 0.67" in doc
+    assert f"{analysis.fisher_power(12, 12, 0.1, 0.5, 'less'):.2f} if 0.1 and 0.5" in doc
+    assert f"at {analysis.detectable_effect(10, 12):.1f} points if the SD" in doc
+    assert f"at {analysis.detectable_effect(29, 12):.1f} if it is 29" in doc

@@ -414,12 +414,12 @@ def test_run_record_names_the_git_commit_of_the_code_that_runs():
     code produced them."""
     import subprocess
 
-    from gtpo.runs.folder import code_version
+    from gtpo.runs.provenance import code_version
 
     package = Path(compare.__file__).parent
     head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
     version = code_version()
     if head.returncode != 0:
-        assert version == {"git_commit": None, "git_dirty": None}
+        assert version["git_commit"] is None and version["git_dirty"] is None
     else:
         assert version["git_commit"] == head.stdout.strip() and isinstance(version["git_dirty"], bool)

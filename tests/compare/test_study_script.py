@@ -142,3 +142,29 @@ def test_run_study_gives_the_pinned_compare_the_arms_and_flags_of_the_committed_
     assert [int(s) for s in seeds] == spec["seeds"]
     assert words[words.index("--save-steps") + 1] == str(spec["save_steps"])
     assert words[words.index("--") + 1 :] == spec["common"]
+
+
+@pytest.mark.parametrize("name", ["smollm2-synthetic-lr1e-3-c", "smollm2-synthetic-lr2e-4-d"])
+def test_run_study_runs_the_preregistered_studies_as_registered(name):
+    """Studies C and D start from run_study.sh: its arms, seeds, learning rate, checkpoints and (for D) evaluation
+    must be the ones their PREREGISTRATION.md fixes, and the recipe the pinned copy in the study folder."""
+    words = _study_arguments(name)
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == ["gtpo:", "grpo:--algorithm grpo"]
+    seeds = [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]]
+    assert seeds == list(range(100, 112)) and "100–111, 12" in text
+    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
+    common = words[words.index("--") + 1 :]
+    assert common[common.index("--max_steps") + 1] == "40" and common[common.index("--dtype") + 1] == "$dtype_cd"
+    script = (ROOT / "scripts" / "run_study.sh").read_text()
+    assert "\ndtype_cd=float32\n" in script and "--dtype float32" in text
+    case = script[script.index(f"    {name})") :]
+    assert case[: case.index(";;")].count("recipe=$pinned_recipe") == 1
+    if name.endswith("-c"):
+        assert common[common.index("--learning_rate") + 1] == "1e-3" and "--eval" not in words
+    else:
+        assert "--learning_rate" not in common  # the recipe's 2e-4
+        evaluation = words[words.index("--eval") : words.index("--")]
+        assert evaluation[:7] == ["--eval", "--eval-n", "8", "--eval-limit", "100", "--eval-batch-size", "200"]
+        assert evaluation[7:] == ["--eval-dtype", "float32"] and int(evaluation[6]) % 8 == 0
+        assert "--eval-batch-size 200 --eval-dtype float32" in text

@@ -3,6 +3,7 @@ snake_case flags, hyphenated aliases, ``--config FILE.yaml``) and their runs (:m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from gtpo.cli.arguments import RecipeParser
 from gtpo.errors import UsageError
 from gtpo.eval.backends import BACKEND_CHOICES, SamplingSettings
 from gtpo.eval.plots import METRICS, plot_results
-from gtpo.eval.runner import RESULTS_FILE, EvalConfig, LazyBackend, default_label, evaluate
+from gtpo.eval.runner import RESULTS_FILE, RUN_FILE, EvalConfig, LazyBackend, default_label, evaluate, load_problems
 from gtpo.tasks.registry import TASKS
 from gtpo.tasks.sources import parse_column_map
 
@@ -203,7 +204,13 @@ def run_eval_from_args(args: EvalArguments) -> list[dict]:
     backend = LazyBackend(args.model, args.backend, args.dtype, args.seed)
     all_results = []
     for config in configs:
-        results = evaluate(config, backend=backend)
+        try:
+            results = evaluate(config, backend=backend)
+        except BaseException:  # record what the samples so far depend on, and raise the evaluation's error
+            with contextlib.suppress(Exception):
+                _record_provenance(config)
+            raise
+        _record_provenance(config)
         all_results.append(results)
         ks = results["ks"]
         print(
@@ -213,6 +220,19 @@ def run_eval_from_args(args: EvalArguments) -> list[dict]:
         for metric in METRICS:
             print(f"  {metric:7s}" + "  ".join(f"k={k}: {100 * results[metric][str(k)]:5.1f}%" for k in ks))
     return all_results
+
+
+def _record_provenance(config: EvalConfig) -> None:
+    """Add the code, package versions, model file hashes and the problems' fingerprint to the run.json that
+    `evaluate` wrote (`gtpo.runs.provenance.add_provenance`)."""
+    from gtpo.runs.provenance import add_provenance
+
+    run_json = Path(config.output_dir) / RUN_FILE
+    if not run_json.is_file():
+        return
+    problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot, config.column_map)
+    rows = ({"id": p.id, "prompt": p.prompt, "answer": p.gold} for p in problems)
+    add_provenance(run_json, config.model, rows)
 
 
 def run_eval_plot_from_args(args: EvalPlotArguments) -> Path:

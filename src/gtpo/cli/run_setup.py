@@ -46,12 +46,24 @@ def load_dataset_for(script_args, seed: int = 0):
     )
 
 
-def open_run_dir(command: str, argv: list[str], recipe: dict, script_args, training_args, model_args) -> None:
-    """Create the planned run folder (`plan_run_dir`) and write ``run.json`` (status running) into it."""
-    from gtpo.runs.folder import run_record, start_run
+def open_run_dir(
+    command: str, argv: list[str], recipe: dict, script_args, training_args, model_args, dataset=None
+) -> None:
+    """Create the planned run folder (`plan_run_dir`) and write ``run.json`` (status running) into it, with the
+    provenance of the model and of ``dataset`` (the task's rows, `gtpo.runs.provenance`)."""
+    from gtpo.runs.folder import start_run
+    from gtpo.runs.provenance import run_record
 
     if training_args.process_index == 0:
-        record = run_record(["gtpo", command, *argv], recipe, script_args, training_args, model_args)
+        record = run_record(
+            ["gtpo", command, *argv],
+            recipe,
+            script_args,
+            training_args,
+            model_args,
+            model=model_args.model_name_or_path,
+            rows=dataset,
+        )
         start_run(
             Path(training_args.output_dir),
             record,

@@ -18,8 +18,9 @@ def run_sft(argv: list[str]) -> int:
     (script_args, training_args, model_args), recipe = parse_sft_args(argv)
     run_dir = plan_run_dir(training_args, script_args, argv)
     check_model_name(model_args, "gtpo sft")
-    dataset = sft_dataset(load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed))
-    open_run_dir("sft", argv, recipe, script_args, training_args, model_args)
+    rows = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
+    dataset = sft_dataset(rows)
+    open_run_dir("sft", argv, recipe, script_args, training_args, model_args, rows)
     print(f"gtpo sft: {script_args.task} gold solutions with {model_args.model_name_or_path}; run folder {run_dir}")
     result = train_sft(dataset, training_args, model_args)
     if training_args.process_index == 0:

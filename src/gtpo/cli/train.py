@@ -26,7 +26,7 @@ def run_train(argv: list[str]) -> int:
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
     check_model_name(model_args, "gtpo train")
     dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
-    open_run_dir("train", argv, recipe, script_args, training_args, model_args)
+    open_run_dir("train", argv, recipe, script_args, training_args, model_args, dataset)
     print(
         f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; "
         f"run folder {run_dir}"

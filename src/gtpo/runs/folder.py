@@ -1,8 +1,9 @@
 """Run folders: one run per folder, its status in ``run.json``, and resume from its newest complete checkpoint.
 
 A run folder (``gtpo train|sft --output_dir D``) holds ``run.json`` (the command, the recipe, every
-argument, versions, and ``status``: ``running`` from the start, ``finished`` once ``model/`` is saved,
-``failed`` when the run raised), ``metrics.jsonl``, ``checkpoint-N/``, ``model/`` and ``figures/``.
+argument, what the numbers depend on (`gtpo.runs.provenance`), and ``status``: ``running`` from the start,
+``finished`` once ``model/`` is saved, ``failed`` when the run raised), ``metrics.jsonl``, ``checkpoint-N/``,
+``model/`` and ``figures/``.
 
 - A folder that already holds a run is refused, naming the choices: resume it
   (``--resume_from_checkpoint D/checkpoint-N``, or ``true``/``last`` for the newest complete checkpoint in
@@ -244,57 +245,6 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
     return run_dir
 
 
-def code_version() -> dict:
-    """The git commit of the gtpo code that is running (the checkout or worktree this package is imported from),
-    and whether its tracked files differ from that commit; both None for an installed, non-git copy."""
-    import subprocess
-
-    package = Path(__file__).resolve().parent
-
-    def git(*args: str) -> str | None:
-        try:
-            result = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return result.stdout.strip() if result.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git_commit": None, "git_dirty": None}
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".")
-    return {"git_commit": commit, "git_dirty": bool(changed) if changed is not None else None}
-
-
-def run_record(command: list[str], recipe: dict, *dataclass_args) -> dict:
-    """``run.json``'s content: the command line, the recipe it started from, every resolved argument, versions."""
-    import dataclasses
-    import sys
-
-    import torch
-    import transformers
-    import trl
-
-    from gtpo.version import __version__
-
-    args = {}
-    for obj in dataclass_args:
-        args[type(obj).__name__] = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-    return {
-        "command": command,
-        "recipe": recipe,
-        "args": args,
-        "versions": {
-            "gtpo": __version__,
-            "trl": trl.__version__,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-        },
-        "code": code_version(),
-        "started": utc_timestamp(),
-    }
-
-
 def start_run(run_dir: Path, record: dict, overwrite: bool = False, resume: str | None = None) -> None:
     """Make the run folder and write its run.json with status ``running``.
 
@@ -318,8 +268,9 @@ def start_run(run_dir: Path, record: dict, overwrite: bool = False, resume: str 
         old = read_record(run_dir) if resume else None
         if old is not None:
             old.setdefault("resumed", []).append(
-                {"from": resume, "command": record.get("command"), "at": utc_timestamp()}
-            )
+                {"from": resume, "command": record.get("command"), "at": utc_timestamp(),
+                 **{key: record[key] for key in ("code", "versions") if key in record}}
+            )  # fmt: skip
             for key in (FINISHED, FAILED, "error"):
                 old.pop(key, None)
             record = old

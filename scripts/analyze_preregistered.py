@@ -1,0 +1,254 @@
+"""The primary outcomes of studies C and D, computed exactly as their PREREGISTRATION.md registers them, from the
+committed run files alone; and the power figures the pre-registrations quote.
+
+    .venv/bin/python scripts/analyze_preregistered.py c studies/smollm2-synthetic-lr1e-3-c   # study C: runaways
+    .venv/bin/python scripts/analyze_preregistered.py d studies/smollm2-synthetic-lr2e-4-d   # study D: pass@1
+    .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
+
+Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
+integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
+from the noncentral t distribution, integrated numerically over the chi-square of the variance estimate.
+
+Study C (per run ``runs/<arm>/seed<S>/metrics.jsonl``): a run *ran away* when ``completions/clipped_ratio`` >= 0.5 at
+6 or more of its last 10 logged steps (31-40 of 40; the last record of a step counts, as a resumed run may log a
+step twice). Only finished runs (``run.json`` status ``finished``, 40 steps) count. Test: Fisher's exact test of
+the 2x2 table (arm x ran away), two-sided, alpha = 0.05.
+
+Study D (per run ``runs/<arm>/seed<S>/eval/synthetic/results.json``): held-out pass@1 in points, 100 x
+``results["pass@k"]["1"]``; the primary outcome is the mean over seeds of gtpo - grpo with its 95 % t-interval
+(t_{0.975, n-1} from gtpo.compare.stats), over the seeds where both arms' evaluations are complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gtpo.compare.stats import mean_interval, sample_std  # noqa: E402
+
+ALPHA = 0.05
+RUNAWAY_CLIPPED = 0.5  # a step's share of completions cut at max_completion_length
+RUNAWAY_STEPS = 6  # of the last RUNAWAY_WINDOW steps
+RUNAWAY_WINDOW = 10
+MAX_STEPS = 40
+ARMS = ("gtpo", "grpo")
+_REL_TOL = 1 + 1e-7  # ties of hypergeometric probabilities, as R and scipy treat them
+
+
+# ------------------------------------------------------------------------------------------- Fisher's exact test
+
+
+def _hypergeom(x: int, row1: int, col1: int, total: int) -> float:
+    """P(X = x): x of the ``row1`` runs of arm 1 among the ``col1`` runaways of ``total`` runs."""
+    return math.comb(col1, x) * math.comb(total - col1, row1 - x) / math.comb(total, row1)
+
+
+def fisher_exact(a: int, b: int, c: int, d: int, alternative: str = "two-sided") -> float:
+    """p-value of Fisher's exact test of the table [[a, b], [c, d]] (rows: arms; columns: ran away, did not).
+
+    ``two-sided``: the probability of every table with the same margins at most as likely as this one;
+    ``less``: P(X <= a), arm 1 having fewer runaways than its share under the null."""
+    row1, col1, total = a + b, a + c, a + b + c + d
+    low, high = max(0, row1 + col1 - total), min(row1, col1)
+    probs = {x: _hypergeom(x, row1, col1, total) for x in range(low, high + 1)}
+    if alternative == "less":
+        return min(1.0, sum(p for x, p in probs.items() if x <= a))
+    if alternative == "two-sided":
+        return min(1.0, sum(p for p in probs.values() if p <= probs[a] * _REL_TOL))
+    raise ValueError(f"alternative must be 'two-sided' or 'less', got {alternative!r}")
+
+
+def fisher_power(n1: int, n2: int, p1: float, p2: float, alternative: str = "two-sided", alpha: float = ALPHA):
+    """Exact power of :func:`fisher_exact` with n1 runs at true runaway rate p1 against n2 at p2: the summed
+    binomial probability of every outcome the test rejects at ``alpha``."""
+    power = 0.0
+    for x1 in range(n1 + 1):
+        for x2 in range(n2 + 1):
+            if fisher_exact(x1, n1 - x1, x2, n2 - x2, alternative) <= alpha:
+                power += (
+                    math.comb(n1, x1)
+                    * p1**x1
+                    * (1 - p1) ** (n1 - x1)
+                    * math.comb(n2, x2)
+                    * p2**x2
+                    * (1 - p2) ** (n2 - x2)
+                )
+    return power
+
+
+# ------------------------------------------------------------------------------------------- the paired t-test
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
+@functools.cache
+def _u_grid(df: int, steps: int = 4000) -> tuple[tuple[float, float], ...]:
+    """Midpoints u and weights density(u) * du of U = sqrt(V / df), V ~ chi-square(df), on [0, 5 + 12 / sqrt(df)]
+    (beyond it the density's mass is below 1e-12)."""
+    du = (5 + 12 / math.sqrt(df)) / steps
+    log_norm = (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + math.log(2)
+    grid = []
+    for i in range(steps):
+        u = (i + 0.5) * du
+        grid.append((u, math.exp(log_norm + (df - 1) * math.log(u) - df * u * u / 2) * du))
+    return tuple(grid)
+
+
+def _t_sf(c: float, df: int, shift: float) -> float:
+    """P(T > c) for T = (Z + shift) / sqrt(V / df): the noncentral t's upper tail, E_U[1 - Phi(c U - shift)],
+    integrated with the midpoint rule."""
+    return sum(w * (1 - _normal_cdf(c * u - shift)) for u, w in _u_grid(df))
+
+
+@functools.cache
+def t_quantile(q: float, df: int) -> float:
+    """The central t quantile (bisection on :func:`_t_sf`); t_quantile(0.975, 11) = 2.2010."""
+    low, high = 0.0, 50.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_sf(mid, df, 0.0) > 1 - q else (low, mid)
+    return (low + high) / 2
+
+
+def paired_t_power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided paired t-test at ``alpha`` with n pairs whose differences have mean ``effect`` and
+    standard deviation ``sd``: P(|T| > t_{1-alpha/2, n-1}) under the noncentral t with shift effect * sqrt(n) / sd."""
+    crit = t_quantile(1 - alpha / 2, n - 1)
+    shift = effect * math.sqrt(n) / sd
+    return _t_sf(crit, n - 1, shift) + _t_sf(crit, n - 1, -shift)
+
+
+def detectable_effect(sd: float, n: int, power: float = 0.8, alpha: float = ALPHA) -> float:
+    """The smallest true mean difference the two-sided paired t-test detects with ``power`` (bisection)."""
+    low, high = 0.0, 20 * sd
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (mid, high) if paired_t_power(mid, sd, n, alpha) < power else (low, mid)
+    return (low + high) / 2
+
+
+# ------------------------------------------------------------------------------------------- the committed files
+
+
+def _finished(run: Path) -> bool:
+    try:
+        return json.loads((run / "run.json").read_text()).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
+
+
+def _steps(metrics: Path) -> dict[int, dict]:
+    steps = {}
+    for line in metrics.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if isinstance(row, dict) and "completions/clipped_ratio" in row and "step" in row:
+            steps[int(row["step"])] = row  # the last record of a step
+    return steps
+
+
+def runaway(run: Path) -> bool | None:
+    """Whether a finished run ran away (module docstring); None for a run that is not finished with 40 steps."""
+    if not _finished(run) or not (run / "metrics.jsonl").is_file():
+        return None
+    steps = _steps(run / "metrics.jsonl")
+    if sorted(steps)[-1:] != [MAX_STEPS]:
+        return None
+    last = [steps[s] for s in sorted(steps)[-RUNAWAY_WINDOW:]]
+    return sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last) >= RUNAWAY_STEPS
+
+
+def _seeds(study: Path, arm: str) -> list[int]:
+    return sorted(int(p.name[4:]) for p in (study / "runs" / arm).glob("seed*") if p.name[4:].isdigit())
+
+
+def study_c(study: Path) -> dict:
+    """Study C's primary outcome: runaways per arm and the two-sided Fisher p (with the one-sided one, secondary)."""
+    counts = {}
+    for arm in ARMS:
+        outcomes = {s: runaway(study / "runs" / arm / f"seed{s}") for s in _seeds(study, arm)}
+        done = {s: r for s, r in outcomes.items() if r is not None}
+        counts[arm] = {
+            "runs": len(done),
+            "ran_away": sum(done.values()),
+            "seeds": sorted(s for s, r in done.items() if r),
+        }
+    g, r = counts["gtpo"], counts["grpo"]
+    table = (g["ran_away"], g["runs"] - g["ran_away"], r["ran_away"], r["runs"] - r["ran_away"])
+    result = {"arms": counts}
+    if g["runs"] and r["runs"]:
+        result["p_two_sided"] = fisher_exact(*table)
+        result["p_one_sided_gtpo_less"] = fisher_exact(*table, alternative="less")  # secondary
+        result["reject"] = result["p_two_sided"] < ALPHA
+    return result
+
+
+def pass_at_1(run: Path) -> float | None:
+    path = run / "eval" / "synthetic" / "results.json"
+    try:
+        return 100 * float(json.loads(path.read_text())["pass@k"]["1"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def study_d(study: Path) -> dict:
+    """Study D's primary outcome: the paired gtpo - grpo held-out pass@1 difference with its 95 % t-interval."""
+    scores = {arm: {s: pass_at_1(study / "runs" / arm / f"seed{s}") for s in _seeds(study, arm)} for arm in ARMS}
+    seeds = sorted(s for s in scores["gtpo"] if scores["gtpo"][s] is not None and scores["grpo"].get(s) is not None)
+    diffs = [scores["gtpo"][s] - scores["grpo"][s] for s in seeds]
+    result = {"seeds": seeds, "differences": diffs}
+    if len(diffs) >= 2:
+        interval = mean_interval(diffs)
+        result.update(interval.as_dict())
+        result["sd"] = sample_std(diffs)
+        result["excludes"] = f"effects below {interval.low:+.2f} and above {interval.high:+.2f} points"
+    return result
+
+
+def power_table() -> list[str]:
+    lines = ["Study C: Fisher's exact test, 12 runs against 12, alpha 0.05 (exact enumeration)"]
+    for p1, p2 in ((0.0, 2 / 3), (0.1, 0.5), (0.0, 0.5), (0.1, 2 / 3)):
+        two, one = fisher_power(12, 12, p1, p2), fisher_power(12, 12, p1, p2, "less")
+        lines.append(f"  rates gtpo {p1:.2f}, grpo {p2:.2f}: power two-sided {two:.3f}, one-sided {one:.3f}")
+    lines.append("Study D: two-sided paired t-test, 12 pairs, alpha 0.05 (noncentral t)")
+    lines.append(f"  t_0.975,11 = {t_quantile(0.975, 11):.4f}")
+    for sd in (10.0, 29.0):
+        powers = ", ".join(f"{e:g} pts {paired_t_power(e, sd, 12):.3f}" for e in (5, 10, 15, 20, 27))
+        lines.append(f"  SD {sd:g}: 80 % power at {detectable_effect(sd, 12):.1f} points; power at {powers}")
+        lines.append(f"  SD {sd:g}: expected 95 % half-width {2.201 * sd / math.sqrt(12):.1f} points")
+    lines.append("Studies A and B as run: the effect detectable with 80 % power (two-sided paired t, alpha 0.05)")
+    for n, sd, what in ((5, 10.07, "A, pass@1, 5 pairs, SD 10.07"), (5, 29.0, "A, pass@1, 5 pairs, SD 29"),
+                        (3, 1.0, "B, 3 pairs, in SDs of the paired difference")):  # fmt: skip
+        lines.append(f"  {what}: {detectable_effect(sd, n):.2f}")
+    lines.append(f"  B, Fisher two-sided, 3 against 3, smallest p possible: {fisher_exact(0, 3, 3, 0):.3f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("c", "d", "power"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c and d)")
+    args = parser.parse_args(argv)
+    if args.what == "power":
+        print("\n".join(power_table()))
+        return 0
+    if args.study is None:
+        parser.error(f"{args.what} needs the study folder")
+    result = study_c(args.study) if args.what == "c" else study_d(args.study)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""scripts/analyze_preregistered.py computes studies C and D's primary outcomes exactly as their pre-registrations say:
+checked on synthetic run folders against Fisher p-values and t-intervals derived by hand (the derivation is in each
+test), against the committed study B (the rule reproduces its documented pattern), and against the figures the
+pre-registrations quote."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("analyze_preregistered", ROOT / "scripts" / "analyze_preregistered.py")
+analysis = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(analysis)
+
+
+def _run(study: Path, arm: str, seed: int, clipped: list[float], status: str = "finished", eval_pass1=None) -> None:
+    run = study / "runs" / arm / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": status}))
+    rows = [{"step": i + 1, "completions/clipped_ratio": c} for i, c in enumerate(clipped)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if eval_pass1 is not None:
+        (run / "eval" / "synthetic").mkdir(parents=True)
+        results = {"pass@k": {"1": eval_pass1, "8": 1.0}}
+        (run / "eval" / "synthetic" / "results.json").write_text(json.dumps(results))
+
+
+def test_fisher_p_values_match_hand_enumeration():
+    """Margins 3 gtpo runs, 4 runaways of 9: P(X = x) = C(4,x) C(5,3-x) / C(9,3) = 10, 40, 30, 4 (/84); 0 of 3
+    runaways is as likely or less for x = 0 and 3: two-sided 14/84 (study B's documented p), one-sided 10/84.
+    12 against 12, 0 against 6 runaways: P(0) = P(6) = C(18,12)/C(24,12) = 18564/2704156, the least likely tables."""
+    assert analysis.fisher_exact(0, 3, 4, 2) == pytest.approx(14 / 84, rel=1e-12)
+    assert analysis.fisher_exact(0, 3, 4, 2, "less") == pytest.approx(10 / 84, rel=1e-12)
+    tail = float(Fraction(math.comb(18, 12), math.comb(24, 12)))
+    assert analysis.fisher_exact(0, 12, 6, 6) == pytest.approx(2 * tail, rel=1e-12)
+    assert analysis.fisher_exact(0, 12, 6, 6, "less") == pytest.approx(tail, rel=1e-12)
+    assert analysis.fisher_exact(3, 3, 3, 3) == pytest.approx(1.0)
+
+
+def test_fisher_power_is_the_rejected_outcomes_probability():
+    """At rates 0 and 1 every run of one arm runs away and none of the other: the one table 0/n vs n/n, p = 1/C(2n,n)
+    one-sided (12: rejected, power 1; 3 against 3: 1/20 = 0.05, rejected at <= 0.05; two-sided 0.1, never)."""
+    assert analysis.fisher_power(12, 12, 0.0, 1.0, "less") == pytest.approx(1.0)
+    assert analysis.fisher_power(3, 3, 0.0, 1.0, "less") == pytest.approx(1.0)
+    assert analysis.fisher_power(3, 3, 0.0, 1.0) == 0.0
+
+
+def test_t_quantile_and_power_match_known_values():
+    """t_{0.975,11} = 2.201 (any t table, as gtpo.compare.stats); with no effect the test rejects 5 % of the time."""
+    assert analysis.t_quantile(0.975, 11) == pytest.approx(2.201, abs=5e-4)
+    assert analysis.t_quantile(0.975, 4) == pytest.approx(2.776, abs=5e-4)
+    assert analysis.paired_t_power(0.0, 10.0, 12) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_runaway_rule_as_registered(tmp_path):
+    """>= 0.5 clipped at 6 of the last 10 of 40 steps is a runaway, 5 is not; 0.5 itself counts; a run not finished
+    or short of 40 steps does not count; of a step logged twice (a resume) the last record counts."""
+    study = tmp_path / "c"
+    _run(study, "grpo", 100, [0.0] * 34 + [0.5] * 6)
+    _run(study, "grpo", 101, [1.0] * 30 + [0.49] * 5 + [1.0] * 5)
+    _run(study, "grpo", 102, [1.0] * 40, status="running")
+    _run(study, "gtpo", 100, [1.0] * 39)
+    _run(study, "gtpo", 101, [0.0] * 40)
+    metrics = study / "runs" / "gtpo" / "seed101" / "metrics.jsonl"
+    again = [{"step": s, "completions/clipped_ratio": 1.0} for s in range(31, 41)]
+    metrics.write_text(metrics.read_text() + "".join(json.dumps(r) + "\n" for r in again) + '{"step": 4')
+    runs = study / "runs"
+    assert [analysis.runaway(runs / "grpo" / f"seed{s}") for s in (100, 101, 102)] == [True, False, None]
+    assert analysis.runaway(runs / "gtpo" / "seed100") is None and analysis.runaway(runs / "gtpo" / "seed101")
+    result = analysis.study_c(study)
+    assert result["arms"]["grpo"] == {"runs": 2, "ran_away": 1, "seeds": [100]}
+    assert result["arms"]["gtpo"] == {"runs": 1, "ran_away": 1, "seeds": [101]}
+
+
+def test_the_rule_reproduces_study_bs_pattern():
+    """On the committed study B the registered rule finds the runs the study document lists as ending at the length
+    limit: no gtpo run, grpo seeds 1 and 2 (entropy-only, not an arm of C, aside)."""
+    result = analysis.study_c(ROOT / "studies" / "smollm2-synthetic-lr1e-3")
+    assert result["arms"]["gtpo"] == {"runs": 3, "ran_away": 0, "seeds": []}
+    assert result["arms"]["grpo"] == {"runs": 3, "ran_away": 2, "seeds": [1, 2]}
+    assert result["p_two_sided"] == pytest.approx(0.4)  # [[0,3],[2,1]]: (C(2,0)C(4,3) + C(2,2)C(4,1)) / C(6,3) = 8/20
+
+
+def test_study_d_interval_matches_hand_computation(tmp_path):
+    """12 seeds, differences +5 at six and -1 at six: mean 2, s = sqrt(12 * 9 / 11) = 3.1334, half-width
+    2.201 * s / sqrt(12) = 1.9909: [0.0091, 3.9909]. A seed whose grpo evaluation is missing is left out."""
+    study = tmp_path / "d"
+    for seed in range(100, 112):
+        _run(study, "gtpo", seed, [0.0] * 40, eval_pass1=0.45 if seed < 106 else 0.39)
+        _run(study, "grpo", seed, [0.0] * 40, eval_pass1=0.40)
+    _run(study, "gtpo", 112, [0.0] * 40, eval_pass1=0.9)
+    _run(study, "grpo", 112, [0.0] * 40)
+    result = analysis.study_d(study)
+    assert result["seeds"] == list(range(100, 112))
+    half = 2.201 * math.sqrt(108 / 11) / math.sqrt(12)
+    assert result["mean"] == pytest.approx(2.0)
+    assert (result["low"], result["high"]) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    assert half == pytest.approx(1.9909, abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["smollm2-synthetic-lr1e-3-c", "smollm2-synthetic-lr2e-4-d"])
+def test_preregistrations_quote_the_scripts_power(name):
+    """The power figures each pre-registration states are the ones the committed script computes."""
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    if name.endswith("-c"):
+        expected = [f"{analysis.fisher_power(12, 12, a, b, 'less'):.2f}" for a, b in ((0, 2 / 3), (0.1, 0.5))]
+        expected += [f"{analysis.fisher_power(12, 12, a, b):.2f}" for a, b in ((0, 2 / 3), (0.1, 0.5))]
+    else:
+        expected = [f"{analysis.detectable_effect(sd, 12):.1f}" for sd in (10, 29)]
+        expected += [f"{analysis.paired_t_power(10, sd, 12):.2f}" for sd in (10, 29)]
+    for figure in expected:
+        assert figure in text, f"{figure} is not in {name}/PREREGISTRATION.md"
