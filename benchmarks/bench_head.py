@@ -20,11 +20,13 @@ import statistics
 import time
 
 
-def _cpu() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), printed with every figure: the project's machines differ."""
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
@@ -94,7 +96,7 @@ def main(argv=None) -> None:
                 times[(name, "forward")].append(forward)
                 times[(name, "forward+backward")].append(both)
     bf16 = cpu_computes_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
-    device_name = torch.cuda.get_device_name() if device == "cuda" else _cpu()
+    device_name = torch.cuda.get_device_name() if device == "cuda" else cpu_name()
     print(
         f"device: {device_name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: "
         f"{str(dtype).removeprefix('torch.')}, head {options.tokens} x {options.hidden} x {options.vocab}, "

@@ -1,6 +1,6 @@
-"""The training step's forward and backward (the part issue 29 changes), GTPO against stock TRL, on replayed completions.
+"""The training step's forward and backward (issue 29's part), GTPO against stock TRL, on replayed completions.
 
-    python benchmarks/bench_loss_step.py --shape default          # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
+    python benchmarks/bench_loss_step.py --shape default   # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
     python benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7   # vocabulary 151,936, 2 layers
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
@@ -28,22 +28,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import platform
 import statistics
 import tempfile
 import time
 
+from bench_head import cpu_name
+
 SHAPES = ("default", "paper-vocab")
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _matmul_rate(device: str, dtype) -> float:
@@ -218,10 +209,11 @@ def main(argv=None) -> None:
     lengths = batch["completion_mask"].sum(1).tolist()
     rate = _matmul_rate(device, torch.float32 if device == "cpu" else torch.bfloat16)
     bf16 = cpu_computes_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
-    name = torch.cuda.get_device_name() if device == "cuda" else _cpu()
+    name = torch.cuda.get_device_name() if device == "cuda" else cpu_name()
     dtype = str(next(trainers[options.arms[0]][0].model.parameters()).dtype).removeprefix("torch.")
     print(
-        f"device: {name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: {dtype}; shape {options.shape}: "
+        f"device: {name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: {dtype}; "
+        f"shape {options.shape}: "
         f"prompt {prompt_tokens} tokens, G = {len(lengths)}, completion lengths {lengths} (padded to "
         f"{batch['completion_ids'].size(1)}), T = {options.temperature}; median of {options.reps} repetitions"
     )
@@ -237,7 +229,8 @@ def main(argv=None) -> None:
     padded = _flops(config, prompt_tokens, lengths, int(batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)))
     best = min(m["forward"] + m["backward"] for m in medians.values())
     print(
-        f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured; needed {needed / 1e9:.1f} GFLOP -> {needed / rate:.3f} s, "
+        f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured; needed {needed / 1e9:.1f} GFLOP -> "
+        f"{needed / rate:.3f} s, "
         f"TRL's padded layout {padded / 1e9:.1f} GFLOP -> {padded / rate:.3f} s; fastest arm {best:.3f} s "
         f"= {needed / rate / best:.0%} of the matmul roofline"
     )
