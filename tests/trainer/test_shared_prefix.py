@@ -190,10 +190,8 @@ SGD = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, lr_scheduler_type=
 )
 def test_training_update_equals_the_padded_layout(tmp_path, tiny_model_path, overrides, monkeypatch):
     packed_calls = []
-    original = shared_prefix.PrefixSharingMixin._packed_logps
-    monkeypatch.setattr(
-        shared_prefix.PrefixSharingMixin, "_packed_logps", lambda *a: packed_calls.append(1) or original(*a)
-    )
+    original = shared_prefix.packed_logps
+    monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
     updates = []
     for sharing in (True, False):
         packed_calls.clear()

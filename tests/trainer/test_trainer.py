@@ -517,9 +517,9 @@ def test_several_iterations_per_batch_pass_old_logps_for_clipping(tmp_path, tiny
     seen, generations = [], []
     original_loss, original_generate = core.gtpo_loss, GTPOTrainer._generate_and_score_completions
 
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("old_per_token_logps") is not None)
-        return original_loss(*args, **kwargs)
+    def recording(inputs, settings, **kwargs):  # the trainer calls gtpo_loss(LossInputs, LossSettings)
+        seen.append(inputs.old_per_token_logps is not None)
+        return original_loss(inputs, settings, **kwargs)
 
     def counting(self, inputs):
         generations.append(len(inputs))
@@ -705,9 +705,9 @@ def test_vllm_importance_sampling_ratio_reaches_the_gtpo_loss(tmp_path, tiny_mod
     seen = []
     original_loss = core.gtpo_loss
 
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("importance_weights"))
-        return original_loss(*args, **kwargs)
+    def recording(inputs, settings, **kwargs):  # the trainer calls gtpo_loss(LossInputs, LossSettings)
+        seen.append(inputs.importance_weights)
+        return original_loss(inputs, settings, **kwargs)
 
     class WithSamplingCorrection(FixedGTPO):
         def _generate_and_score_completions(self, inputs):

@@ -25,9 +25,10 @@ def _recorded_step(tmp_path, tiny_model_path, monkeypatch, **overrides):
     seen = {}
     original = core.gtpo_loss
 
-    def recording(per_token_logps, completion_mask, advantages, **kwargs):
-        seen.update(logps=per_token_logps.detach(), mask=completion_mask, entropy=kwargs["token_entropy"].detach())
-        return original(per_token_logps, completion_mask, advantages, **kwargs)
+    def recording(inputs, settings, **kwargs):  # the trainer calls gtpo_loss(LossInputs, LossSettings)
+        seen.update(logps=inputs.per_token_logps.detach(), mask=inputs.completion_mask)
+        seen.update(entropy=inputs.token_entropy.detach())
+        return original(inputs, settings, **kwargs)
 
     class Recording(FixedGTPO):
         def _compute_loss(self, model, inputs):

@@ -6,16 +6,18 @@ Static checks (types, shapes, dtypes, option values) raise at once. Checks of te
 that builds the text only on the failure path. Each public function of `gtpo.core` hands its pairs
 to `raise_if_any` once, so a call costs at most one device→host sync.
 
-The math lives in `gtpo.core`; this module imports nothing from it (no import cycle).
+The math lives in `gtpo.core`; this module imports only its loss registry (which imports nothing of gtpo).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
+
+from gtpo.core import registry
 
 __all__ = [
     "check_group_size",
@@ -33,11 +35,11 @@ __all__ = [
 Check = tuple[Tensor, Callable[[], str]]  # (0-d bool flag on the device, message built on failure)
 
 
-def lookup(registry, name, what: str):
-    """registry[name] (a dict) or name (a tuple of names), or a ValueError naming the valid choices."""
-    if not isinstance(name, str) or name not in registry:
-        raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(sorted(registry))}")
-    return registry[name] if isinstance(registry, dict) else name
+def lookup(table, name, what: str):
+    """table[name] (a mapping) or name (a tuple of names), or a ValueError naming the valid choices."""
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(sorted(table))}")
+    return table[name] if isinstance(table, Mapping) else name
 
 
 def raise_if_any(checks: list[Check]) -> None:
@@ -177,25 +179,34 @@ def initial_entropy_value(initial_entropy, device: torch.device) -> float | Tens
     return float(initial_entropy)
 
 
-def _aggregation_normalizer(aggregation: str, max_completion_length, token_normalizer):
-    """The one extra number an aggregation needs (static checks) and its deferred device check, if any."""
-    if aggregation != "dr_grpo" and max_completion_length is not None:
+def _aggregation_normalizer(inputs, settings):
+    """The one extra number the normaliser needs (static checks) and its deferred device check, if any."""
+    normaliser = registry.normaliser_of(settings.aggregation)
+    aggregation, max_completion_length, token_normalizer = (
+        settings.aggregation, settings.max_completion_length, inputs.token_normalizer
+    )  # fmt: skip
+    if normaliser.needs != "max_completion_length" and max_completion_length is not None:
         raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
-    token_sum = aggregation in ("dapo", "cispo", "vespo")  # TRL normalizes these by the batch's valid tokens
-    if not token_sum and token_normalizer is not None:
-        raise ValueError(f"token_normalizer is used only by aggregation='dapo' or 'cispo', not {aggregation!r}")
-    if aggregation == "dr_grpo":
+    if normaliser.needs != "token_normalizer" and token_normalizer is not None:
+        others = ", ".join(
+            repr(n) for n in sorted(registry.LOSS_TYPES) if registry.LOSS_TYPES[n].token_sum and n != "dapo"
+        )
+        raise ValueError(
+            f"token_normalizer is used only by aggregation='dapo' and the other token sums ({others}), not "
+            f"{aggregation!r}"
+        )
+    if normaliser.needs == "max_completion_length":
         if (
             isinstance(max_completion_length, bool)
             or not isinstance(max_completion_length, int)
             or max_completion_length < 1
         ):
             raise ValueError(
-                "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length=<int >= 1> "
-                f"(the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
+                f"aggregation={aggregation!r} divides by N × max_completion_length: pass max_completion_length=<int "
+                f">= 1> (the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
             )
         return max_completion_length, None
-    if not token_sum:
+    if normaliser.needs is None:
         return None, None
     hint = (
         f"aggregation={aggregation!r} divides by the valid tokens of the whole global batch per rank: pass "
@@ -215,123 +226,99 @@ def _aggregation_normalizer(aggregation: str, max_completion_length, token_norma
     return float(token_normalizer), None
 
 
-def check_loss_options(
-    shape, delta, epsilon_high, level, token_mask, ref_per_token_logps, beta, surrogate, sapo_temperatures, weights
-) -> None:
-    """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync."""
-    if surrogate not in ("clip", "cispo", "sapo", "vespo"):
-        raise ValueError(f"surrogate must be 'clip', 'cispo', 'sapo' or 'vespo', got {surrogate!r}")
-    if surrogate == "vespo" and (not isinstance(weights, Tensor) or weights.numel() != shape[0]):
-        raise ValueError(f"surrogate='vespo' needs sequence_weights of shape ({shape[0]},), got {weights!r:.60}")
-    if surrogate == "sapo":
-        if not isinstance(sapo_temperatures, (tuple, list)) or len(sapo_temperatures) != 2:
-            raise ValueError(f"surrogate='sapo' needs sapo_temperatures=(pos, neg), got {sapo_temperatures!r}")
-        for value in sapo_temperatures:
-            check_number(value, "sapo temperature")
-            if value <= 0:
-                raise ValueError(f"sapo temperatures must be > 0, got {sapo_temperatures}")
-    if level not in ("token", "sequence"):
-        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+def _shape_of(value) -> object:
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+
+
+def check_loss_options(inputs, settings) -> None:
+    """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync.
+
+    Args:
+        inputs, settings: `gtpo.core.inputs.LossInputs` and `LossSettings`.
+    """
+    logps = inputs.per_token_logps
+    shape = tuple(logps.shape) if isinstance(logps, Tensor) else (0, 0)
+    surrogate = registry.surrogate_of(settings.surrogate)
+    if surrogate.check is not None:
+        surrogate.check(inputs, settings, shape)
+    if settings.importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(
+            f"importance_sampling_level must be 'token' or 'sequence', got {settings.importance_sampling_level!r}"
+        )
+    delta, beta = settings.delta, settings.beta
     if delta is not None:
         check_number(delta, "delta")
-        if delta <= 1 + epsilon_high:
-            raise ValueError(f"delta must exceed 1 + epsilon_high = {1 + epsilon_high} (it caps r), got {delta}")
+        if delta <= 1 + settings.epsilon_high:
+            raise ValueError(
+                f"delta must exceed 1 + epsilon_high = {1 + settings.epsilon_high} (it caps r), got {delta}"
+            )
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (math.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
-    n = shape[0]
-    bad_mask = not isinstance(token_mask, Tensor) or tuple(token_mask.shape) not in (shape, (n, 1))
-    if token_mask is not None and bad_mask:
-        got = tuple(token_mask.shape) if isinstance(token_mask, Tensor) else type(token_mask).__name__
-        raise ValueError(f"token_mask must have shape {shape} or {(n, 1)}, got {got}")
-    if beta and (not isinstance(ref_per_token_logps, Tensor) or tuple(ref_per_token_logps.shape) != shape):
-        got = tuple(ref_per_token_logps.shape) if isinstance(ref_per_token_logps, Tensor) else ref_per_token_logps
+    n, token_mask, ref = shape[0], inputs.token_mask, inputs.ref_per_token_logps
+    if token_mask is not None and (
+        not isinstance(token_mask, Tensor) or tuple(token_mask.shape) not in (shape, (n, 1))
+    ):
+        raise ValueError(f"token_mask must have shape {shape} or {(n, 1)}, got {_shape_of(token_mask)}")
+    if beta and (not isinstance(ref, Tensor) or tuple(ref.shape) != shape):
+        got = tuple(ref.shape) if isinstance(ref, Tensor) else ref
         raise ValueError(f"beta > 0 needs ref_per_token_logps of shape {shape}, got {got}")
 
 
-def check_loss_inputs(
-    per_token_logps,
-    completion_mask,
-    advantages,
-    *,
-    forward_span,
-    backward_span,
-    old_per_token_logps,
-    token_entropy,
-    importance_weights,
-    positive_weight,
-    gamma,
-    entropy_threshold,
-    epsilon_low,
-    epsilon_high,
-    entropy_filter: str,
-    entropy_term: str,
-    aggregation: str,
-    group_size,
-    max_completion_length,
-    token_normalizer,
-) -> tuple[Tensor, float | Tensor | None]:
+def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
     """All checks of `gtpo.core.gtpo_loss` (mode names already looked up), with one sync.
 
-    Returns:
-        ``(valid, normalizer)``: the (N, T) bool mask, and the aggregation's extra number
-        (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for ``dapo``, else None).
-    """
-    check_weight(positive_weight)
-    for name, value in (
-        ("gamma", gamma),
-        ("entropy_threshold", entropy_threshold),
-        ("epsilon_low", epsilon_low),
-        ("epsilon_high", epsilon_high),
-    ):
-        check_number(value, name)
-    if epsilon_low < 0 or epsilon_high < 0:
-        raise ValueError(f"epsilon_low and epsilon_high must be >= 0, got {epsilon_low}, {epsilon_high}")
+    Args:
+        inputs, settings: `gtpo.core.inputs.LossInputs` and `LossSettings`.
 
-    if not isinstance(per_token_logps, Tensor) or per_token_logps.dim() != 2 or not per_token_logps.is_floating_point():
+    Returns:
+        ``(valid, normalizer)``: the (N, T) bool mask, and the normaliser's extra number
+        (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for the token sums, else None).
+    """
+    check_weight(settings.positive_weight)
+    for name in ("gamma", "entropy_threshold", "epsilon_low", "epsilon_high"):
+        check_number(getattr(settings, name), name)
+    if settings.epsilon_low < 0 or settings.epsilon_high < 0:
+        raise ValueError(
+            f"epsilon_low and epsilon_high must be >= 0, got {settings.epsilon_low}, {settings.epsilon_high}"
+        )
+    logps = inputs.per_token_logps
+    if not isinstance(logps, Tensor) or logps.dim() != 2 or not logps.is_floating_point():
         raise ValueError("per_token_logps must be an (N, T) floating tensor")
-    shape = tuple(per_token_logps.shape)
+    shape = tuple(logps.shape)
     n = shape[0]
     # Any 0/1 mask works for the loss; right padding only matters where the spans are computed.
-    valid, checks = mask_checks(completion_mask, shape, right_padded=False)
-    checks.append(float_vector_check(advantages, n, "advantages"))
+    valid, checks = mask_checks(inputs.completion_mask, shape, right_padded=False)
+    checks.append(float_vector_check(inputs.advantages, n, "advantages"))
+    forward_span, backward_span = inputs.forward_span, inputs.backward_span
     if (forward_span is None) != (backward_span is None):
         raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
-    for name, t in (
-        ("forward_span", forward_span),
-        ("backward_span", backward_span),
-        ("old_per_token_logps", old_per_token_logps),
-        ("token_entropy", token_entropy),
-    ):
+    for name in ("forward_span", "backward_span", "old_per_token_logps", "token_entropy"):
+        t = getattr(inputs, name)
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {got}")
-    if importance_weights is not None and (
-        not isinstance(importance_weights, Tensor) or tuple(importance_weights.shape) not in (shape, (n, 1))
-    ):
-        got = (
-            tuple(importance_weights.shape)
-            if isinstance(importance_weights, Tensor)
-            else type(importance_weights).__name__
-        )
+            raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {_shape_of(t)}")
+    weights = inputs.importance_weights
+    if weights is not None and (not isinstance(weights, Tensor) or tuple(weights.shape) not in (shape, (n, 1))):
         raise ValueError(
-            f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got {got}"
+            f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got "
+            f"{_shape_of(weights)}"
         )
     if forward_span is not None and (forward_span.dtype != torch.bool or backward_span.dtype != torch.bool):
         raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
+    entropy_filter, entropy_term, gamma = settings.entropy_filter, settings.entropy_term, settings.gamma
     needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
-    if token_entropy is None and needs_entropy:
+    if inputs.token_entropy is None and needs_entropy:
         raise ValueError(
             f"token_entropy is needed for entropy_filter={entropy_filter!r} with entropy_term={entropy_term!r}, "
             f"gamma={gamma}: pass token_entropy (see token_entropy()), or switch the entropy parts off with "
             "entropy_filter='never' and gamma=0 (or entropy_term='none')"
         )
-    check_group_size(group_size, n, "completions")
-    normalizer, normalizer_check = _aggregation_normalizer(aggregation, max_completion_length, token_normalizer)
+    check_group_size(settings.group_size, n, "completions")
+    normalizer, normalizer_check = _aggregation_normalizer(inputs, settings)
     if normalizer_check is not None:
         checks.append(normalizer_check)
     raise_if_any(checks)
     if isinstance(normalizer, Tensor):
-        normalizer = normalizer.to(per_token_logps.device)
+        normalizer = normalizer.to(logps.device)
     return valid, normalizer
 
 

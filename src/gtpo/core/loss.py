@@ -1,24 +1,24 @@
 """§7 of GTPO in the paper's order: the loss −J_GTPO (Eq. 7) and its aggregations, from §1–6.
 
 N completions in right-padded (N, T) tensors; rows ``g*G .. g*G+G-1`` are the G completions of prompt g;
-``A_i`` an advantage, ``o_i`` the valid tokens (``completion_mask``). No trainer, no logging.
+``A_i`` an advantage, ``o_i`` the valid tokens (``completion_mask``). No trainer, no logging. The surrogates and
+normalisers are entries of `gtpo.core.registry`; the inputs and settings are `gtpo.core.inputs`' dataclasses.
 Metrics: `gtpo.core.metrics`. docs/core.md gives every choice and formula.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator, Mapping
+from dataclasses import fields
 
 import torch
 from torch import Tensor
 
+from gtpo.core import registry
 from gtpo.core.advantages import _signs
-from gtpo.core.checks import (
-    check_loss_inputs,
-    check_loss_options,
-    lookup,
-)
+from gtpo.core.checks import check_loss_inputs, check_loss_options, lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, LN2, _keep, _mean_entropy, _shift
+from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings
 from gtpo.core.metrics import loss_metrics
 from gtpo.core.spans import COMBINE_MODES
 
@@ -26,113 +26,133 @@ from gtpo.core.spans import COMBINE_MODES
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
-def _token_loss(
-    logps, old_logps, valid, a_used, lam, eps_low, eps_high, importance_weights, *, delta=None, level="token",
-    token_mask=None, ref_logps=None, beta=0.0, kl_bias_correction=False, surrogate="clip", sapo_temperatures=None,
-    sequence_weights=None,
-) -> Tensor:  # fmt: skip
-    """ℓ_{i,t} = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') (times TRL's vLLM weight), 0 at padding; with the
-    GRPOConfig options that compose (docs/core.md, "GTPO with more of GRPOConfig"):
+def _token_loss(inputs: LossInputs, settings: LossSettings, valid: Tensor, a_used: Tensor, lam: Tensor) -> Tensor:
+    """ℓ_{i,t} = −λ·J_{i,t} (times TRL's vLLM weight), 0 at padding, J the registered surrogate (Eq. 7's
+    min(r·A', clip(r, 1−ε_low, 1+ε_high)·A') for "clip"); with the GRPOConfig options that compose (docs/core.md):
 
-    - ``delta``: the unclipped term's ratio is capped, min(r, δ)·A' (TRL's two-sided clipping);
-    - ``level="sequence"``: r's value is the completion's s_i = exp(mean_t (logp − old)) (GSPO), its gradient the
-      token's own, r_{i,t} = sg(s_i)·exp(logp_t − sg(logp_t)) (GSPO-token), so λ_{i,t} still weights token t;
+    - ``importance_sampling_level="sequence"``: r's value is the completion's s_i = exp(mean_t (logp − old))
+      (GSPO), its gradient the token's own, r_{i,t} = sg(s_i)·exp(logp_t − sg(logp_t)) (GSPO-token), so λ_{i,t}
+      still weights token t;
     - ``token_mask``: ℓ times a 0/1 mask, (N, T) or (N, 1) (TRL's top-entropy tokens, off-policy sequences);
     - ``beta``: + β·KL_t, KL_t = exp(ref − logp) − (ref − logp) − 1 (TRL's k3), times r with
-      ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does;
-    - ``surrogate``: "clip" (Eq. 7's min(r·A', clip(r)·A')), "cispo" (−sg(min(r, ε_high))·A'·logp, TRL's CISPO)
-      "sapo" (−σ(τ·(r − 1))·(4/τ)·A', τ by the sign of A', TRL's SAPO) or "vespo" (−φ_i·A'·logp with
-      ``sequence_weights`` φ, TRL's VESPO gamma weights); λ multiplies each.
+      ``kl_bias_correction``; added after the masks and the vLLM weight, as TRL does.
     """
     # Padding is zeroed before exp so that whatever it holds (inf, nan) gives neither value nor gradient.
-    logp = torch.where(valid, logps.float(), 0.0)  # (N, T)
+    logp = torch.where(valid, inputs.per_token_logps.float(), 0.0)  # (N, T)
     a_tok = a_used.unsqueeze(-1)  # (N, 1)
+    old_logps = inputs.old_per_token_logps
     old = logp.detach() if old_logps is None else torch.where(valid, old_logps.detach().float(), 0.0)  # (N, T)
     log_ratio = logp - old  # (N, T)
-    if level == "sequence":  # s_i's value, each token's own gradient (GSPO-token)
+    if settings.importance_sampling_level == "sequence":  # s_i's value, each token's own gradient (GSPO-token)
         mean_log_ratio = (log_ratio * valid).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)
         log_ratio = mean_log_ratio.detach() + logp - logp.detach()  # (N, T)
     ratio = torch.exp(log_ratio)  # (N, T)
-    if surrogate == "cispo":  # the clipped ratio is a detached weight on the token's log-probability
-        objective = ratio.clamp(max=eps_high).detach() * a_tok * logp  # (N, T)
-    elif surrogate == "vespo":  # a detached per-sequence weight φ_i on the token's log-probability
-        objective = sequence_weights.detach().float().reshape(-1, 1) * a_tok * logp  # (N, T)
-    elif surrogate == "sapo":  # a soft gate around r = 1, sharper for negative advantages
-        positive, negative = sapo_temperatures
-        tau = torch.where(a_tok > 0, positive, negative)  # (N, 1)
-        objective = torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a_tok  # (N, T)
-    elif old_logps is None and level == "token" and delta is None:
-        objective = ratio * a_tok  # (N, T) ratio of value 1 carries the gradient; clipping never binds
-    else:
-        unclipped = ratio if delta is None else ratio.clamp(max=delta)  # (N, T)
-        objective = torch.min(unclipped * a_tok, ratio.clamp(1 - eps_low, 1 + eps_high) * a_tok)  # (N, T)
-    token_loss = -objective * lam  # (N, T)
-    if token_mask is not None:
-        token_loss = token_loss * token_mask.detach().float()  # (N, T) or (N, 1)
-    if importance_weights is not None:
-        token_loss = token_loss * importance_weights.detach().float()  # (N, T) vLLM sampling correction
-    if beta:
-        ref = torch.where(valid, ref_logps.detach().float(), 0.0)  # (N, T)
+    surrogate = registry.SURROGATES[settings.surrogate]
+    token_loss = -surrogate.objective(ratio, logp, a_tok, inputs, settings) * lam  # (N, T)
+    if inputs.token_mask is not None:
+        token_loss = token_loss * inputs.token_mask.detach().float()  # (N, T) or (N, 1)
+    if inputs.importance_weights is not None:
+        token_loss = token_loss * inputs.importance_weights.detach().float()  # (N, T) vLLM sampling correction
+    if settings.beta:
+        ref = torch.where(valid, inputs.ref_per_token_logps.detach().float(), 0.0)  # (N, T)
         kl = torch.exp(ref - logp) - (ref - logp) - 1  # (N, T) k3 estimator of KL(π_θ ‖ π_ref)
-        token_loss = token_loss + beta * (kl * ratio if kl_bias_correction else kl)
+        token_loss = token_loss + settings.beta * (kl * ratio if settings.kl_bias_correction else kl)
     return torch.where(valid, token_loss, 0.0)  # (N, T)
 
 
-# Aggregations: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> ().
-# Only the normalization differs (TRL 1.16's `_compute_loss` formulas); λ, δ and the shift are in ℓ.
-def _aggregate_sequence(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # Eq. (7): token mean per completion, then mean over completions (= TRL's loss_type="grpo").
-    per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
-    return per_completion.sum() / max(per_completion.shape[0], 1)  # ()
+class _Aggregations(Mapping):
+    """Every name ``aggregation`` accepts (the registry's normalisers and loss types) -> its reduction."""
+
+    def __getitem__(self, name: str):
+        if name not in self:
+            raise KeyError(name)
+        return registry.normaliser_of(name).aggregate
+
+    def __contains__(self, name) -> bool:
+        return name in registry.NORMALISERS or name in registry.LOSS_TYPES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set(registry.NORMALISERS) | set(registry.LOSS_TYPES)))
+
+    def __len__(self) -> int:
+        return len(set(registry.NORMALISERS) | set(registry.LOSS_TYPES))
 
 
-def _aggregate_bnpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # TRL's "bnpo": token mean over the micro-batch's valid tokens.
-    return token_loss.sum() / valid.sum().clamp(min=1)  # ()
+AGGREGATIONS: Mapping = _Aggregations()
+"""Loss aggregation, read from `gtpo.core.registry`: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``,
+``dr_grpo``, ``dapo`` (and the loss types normalised as those), or ``reference`` (authors' code). docs/core.md
+gives each formula."""
 
 
-def _aggregate_dr_grpo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # TRL's "dr_grpo" (Dr. GRPO): a constant normalizer, rows × max_completion_length.
-    return token_loss.sum() / (token_loss.shape[0] * normalizer)  # ()
+def advantage_terms(inputs: LossInputs, settings: LossSettings, valid: Tensor | None = None) -> AdvantageTerms:
+    """⟨H⟩_i, δ_i (Eq. 6) and A'_i (Eq. 7) of a micro-batch, without a host sync.
+
+    Args:
+        inputs: ``advantages`` (N,), ``completion_mask`` (N, T) and ``token_entropy`` (N, T) are read.
+        settings: the entropy filter, γ, the entropy term and ``group_size``.
+        valid: (N, T) bool mask when already computed (else ``completion_mask != 0``).
+
+    Returns:
+        AdvantageTerms; ``mean_entropy`` keeps the gradient of ``token_entropy``.
+    """
+    valid = inputs.completion_mask != 0 if valid is None else valid
+    a = inputs.advantages.float()  # (N,) original A_i: the conflict signs come from here
+    signs = _signs(a, settings.group_size)  # (N,) in {-1, 0, 1}
+    token_entropy = inputs.token_entropy
+    mean_h = None if token_entropy is None else _mean_entropy(token_entropy, valid)  # (N,) differentiable
+    if mean_h is None:
+        keep = torch.ones_like(a, dtype=torch.bool)  # (N,) δ_i ("never" without entropy)
+    else:
+        mode = ENTROPY_FILTERS[settings.entropy_filter]
+        keep = _keep(mean_h, signs.float(), mode, settings.entropy_threshold, settings.initial_entropy)  # (N,) δ_i
+    shifted = settings.entropy_term == "advantage" and mean_h is not None
+    a_used = _shift(a, mean_h, keep, settings.gamma) if shifted else torch.where(keep, a, 0.0)  # (N,) A'_i
+    return AdvantageTerms(signs=signs, mean_entropy=mean_h, keep=keep, advantages=a_used)
 
 
-def _aggregate_dapo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # TRL's "dapo": token sum over the valid tokens of the whole global batch per rank (num_items_in_batch
-    # / num_processes), so micro-batches and ranks add up to one token mean over the batch.
-    return token_loss.sum() / normalizer  # ()
+def policy_loss(
+    inputs: LossInputs, settings: LossSettings | None = None, *, terms: AdvantageTerms | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics: `gtpo_loss` on the dataclass inputs.
+
+    Args:
+        inputs: the micro-batch's tensors (`LossInputs`).
+        settings: the loss's settings (`LossSettings`; None: the paper's defaults).
+        terms: ⟨H⟩_i, δ_i and A'_i from `advantage_terms` on the same inputs and settings, when the caller
+            already computed them (the trainer does, once per micro-batch); None computes them here.
+
+    Returns:
+        (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
+    """
+    settings = LossSettings() if settings is None else settings
+    lookup(ENTROPY_TERMS, settings.entropy_term, "entropy_term")
+    lookup(ENTROPY_FILTERS, settings.entropy_filter, "entropy_filter mode")
+    combine_fn = lookup(COMBINE_MODES, settings.combine, "combine mode")
+    aggregate = lookup(AGGREGATIONS, settings.aggregation, "aggregation")
+    check_loss_options(inputs, settings)
+    valid, normalizer = check_loss_inputs(inputs, settings)  # (N, T) bool; the one host sync of the call
+
+    terms = advantage_terms(inputs, settings, valid) if terms is None else terms
+    fw = torch.zeros_like(valid) if inputs.forward_span is None else inputs.forward_span & valid  # (N, T) M^fw
+    bw = torch.zeros_like(valid) if inputs.backward_span is None else inputs.backward_span & valid  # (N, T) M^bw
+    signs = terms.signs.float()  # (N,)
+    lam = combine_fn(fw, bw, signs, float(settings.positive_weight))  # (N, T) λ, Eq. 5; 1 without spans
+    token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)
+    loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
+    mean_h = terms.mean_entropy
+    if settings.entropy_term == "differentiable" and mean_h is not None and settings.gamma != 0:
+        loss = loss + settings.gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (−γ⟨H⟩_i in J)
+    return loss, loss_metrics(valid, signs, fw, bw, lam, terms.keep, mean_h, terms.advantages)
 
 
-def _aggregate_luspo(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # TRL's "luspo": token sum per completion, then mean over completions (length-unbiased sequence loss).
-    return token_loss.sum(dim=-1).sum() / max(token_loss.shape[0], 1)  # ()
-
-
-def _aggregate_reference(token_loss: Tensor, valid: Tensor, n_conflict: Tensor, normalizer) -> Tensor:
-    # Authors' code (Listing 3): each completion's token mean / max(#conflict positions, 1), summed.
-    per_completion = token_loss.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1)  # (N,)
-    return (per_completion / n_conflict.clamp(min=1)).sum()  # ()
-
-
-AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, Tensor, object], Tensor]] = {
-    "sequence": _aggregate_sequence,
-    "grpo": _aggregate_sequence,
-    "bnpo": _aggregate_bnpo,
-    "dr_grpo": _aggregate_dr_grpo,
-    "dapo": _aggregate_dapo,
-    "cispo": _aggregate_dapo,  # TRL normalizes CISPO as DAPO: the batch's valid tokens per rank
-    "sapo": _aggregate_sequence,  # TRL normalizes SAPO as GRPO
-    "luspo": _aggregate_luspo,
-    "vespo": _aggregate_dapo,  # TRL normalizes VESPO as DAPO
-    "reference": _aggregate_reference,
-}
-"""Loss aggregation: ``sequence`` = ``grpo`` (Eq. 7), TRL 1.16's ``bnpo``, ``dr_grpo`` and ``dapo``
-normalizations, or ``reference`` (authors' code). docs/core.md gives each formula."""
+_INPUT_FIELDS = {f.name for f in fields(LossInputs)}
+_SETTING_FIELDS = {f.name for f in fields(LossSettings)}
 
 
 def gtpo_loss(
-    per_token_logps: Tensor,
-    completion_mask: Tensor,
-    advantages: Tensor,
+    per_token_logps: Tensor | LossInputs,
+    completion_mask: Tensor | LossSettings | None = None,
+    advantages: Tensor | None = None,
     *,
     forward_span: Tensor | None = None,
     backward_span: Tensor | None = None,
@@ -161,6 +181,7 @@ def gtpo_loss(
     surrogate: str = "clip",
     sapo_temperatures: tuple[float, float] | None = None,
     sequence_weights: Tensor | None = None,
+    terms: AdvantageTerms | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
 
@@ -169,6 +190,9 @@ def gtpo_loss(
     the *original* signs (Eq. 5; 1 without spans), δ from ⟨H⟩_i (Eq. 6), A' = δ·(A − γ⟨H⟩) for
     ``entropy_term="advantage"`` (else δ·A; ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i). docs/core.md gives
     every argument, the aggregations and the metric formulas.
+
+    Two forms: ``gtpo_loss(inputs, settings)`` with a `LossInputs` and a `LossSettings` (what the trainer calls,
+    through `policy_loss`), or the keyword form below, whose keywords are those dataclasses' fields.
 
     Args:
         per_token_logps: (N, T) log-probabilities of the sampled tokens under the current policy.
@@ -198,83 +222,26 @@ def gtpo_loss(
             aggregations of the same names, which normalize as TRL's do).
         sapo_temperatures: (τ_pos, τ_neg) for ``surrogate="sapo"`` (TRL's sapo_temperature_pos/neg).
         sequence_weights: (N,) or (N, 1) φ_i for ``surrogate="vespo"`` (TRL's ``get_gamma_weights``), detached.
+        terms: ⟨H⟩_i, δ_i and A'_i from `advantage_terms` on the same inputs and settings, if already computed.
 
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
     """
-    lookup(ENTROPY_TERMS, entropy_term, "entropy_term")
-    aggregate = lookup(AGGREGATIONS, aggregation, "aggregation")
-    keep_mode = lookup(ENTROPY_FILTERS, entropy_filter, "entropy_filter mode")
-    combine_fn = lookup(COMBINE_MODES, combine, "combine mode")
-    shape = tuple(per_token_logps.shape) if isinstance(per_token_logps, Tensor) else (0, 0)
-    check_loss_options(
-        shape,
-        delta,
-        epsilon_high,
-        importance_sampling_level,
-        token_mask,
-        ref_per_token_logps,
-        beta,
-        surrogate,
-        sapo_temperatures,
-        sequence_weights,
-    )
-    valid, normalizer = check_loss_inputs(  # (N, T) bool; the one host sync of the call
-        per_token_logps,
-        completion_mask,
-        advantages,
-        forward_span=forward_span,
-        backward_span=backward_span,
-        old_per_token_logps=old_per_token_logps,
-        token_entropy=token_entropy,
-        importance_weights=importance_weights,
-        positive_weight=positive_weight,
-        gamma=gamma,
-        entropy_threshold=entropy_threshold,
-        epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high,
-        entropy_filter=entropy_filter,
-        entropy_term=entropy_term,
-        aggregation=aggregation,
-        group_size=group_size,
-        max_completion_length=max_completion_length,
-        token_normalizer=token_normalizer,
-    )
-
-    a = advantages.float()  # (N,) original A_i: the conflict signs come from here
-    signs = _signs(a, group_size).float()  # (N,) in {-1, 0, 1}
-    fw = torch.zeros_like(valid) if forward_span is None else forward_span & valid  # (N, T) M^fw
-    bw = torch.zeros_like(valid) if backward_span is None else backward_span & valid  # (N, T) M^bw
-    lam = combine_fn(fw, bw, signs, float(positive_weight))  # (N, T) λ, Eq. 5; 1 everywhere without spans
-    mean_h = None if token_entropy is None else _mean_entropy(token_entropy, valid)  # (N,) ⟨H⟩_i, differentiable
-    keep = (
-        torch.ones_like(a, dtype=torch.bool)
-        if mean_h is None  # (N,) δ_i, Eq. 6 ("never" without entropy)
-        else _keep(mean_h, signs, keep_mode, entropy_threshold, initial_entropy)
-    )
-    shifted = entropy_term == "advantage" and mean_h is not None
-    a_used = _shift(a, mean_h, keep, gamma) if shifted else torch.where(keep, a, 0.0)  # (N,) A'_i, Eq. 7
-
-    token_loss = _token_loss(
-        per_token_logps,
-        old_per_token_logps,
-        valid,
-        a_used,
-        lam,
-        epsilon_low,
-        epsilon_high,
-        importance_weights,
-        delta=delta,
-        level=importance_sampling_level,
-        token_mask=token_mask,
-        ref_logps=ref_per_token_logps,
-        beta=beta,
-        kl_bias_correction=kl_bias_correction,
-        surrogate=surrogate,
-        sapo_temperatures=sapo_temperatures,
+    if isinstance(per_token_logps, LossInputs):  # gtpo_loss(inputs, settings)
+        return policy_loss(per_token_logps, completion_mask, terms=terms)
+    options = dict(
+        forward_span=forward_span, backward_span=backward_span, old_per_token_logps=old_per_token_logps,
+        token_entropy=token_entropy, positive_weight=positive_weight, combine=combine, entropy_filter=entropy_filter,
+        entropy_threshold=entropy_threshold, initial_entropy=initial_entropy, gamma=gamma, entropy_term=entropy_term,
+        aggregation=aggregation, epsilon_low=epsilon_low, epsilon_high=epsilon_high,
+        importance_weights=importance_weights, group_size=group_size, max_completion_length=max_completion_length,
+        token_normalizer=token_normalizer, delta=delta, importance_sampling_level=importance_sampling_level,
+        token_mask=token_mask, ref_per_token_logps=ref_per_token_logps, beta=beta,
+        kl_bias_correction=kl_bias_correction, surrogate=surrogate, sapo_temperatures=sapo_temperatures,
         sequence_weights=sequence_weights,
-    )  # (N, T)
-    loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
-    if entropy_term == "differentiable" and mean_h is not None and gamma != 0:
-        loss = loss + gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (Eq. 7's −γ⟨H⟩_i in J)
-    return loss, loss_metrics(valid, signs, fw, bw, lam, keep, mean_h, a_used)
+    )  # fmt: skip
+    inputs = LossInputs(
+        per_token_logps, completion_mask, advantages, **{k: v for k, v in options.items() if k in _INPUT_FIELDS}
+    )
+    settings = LossSettings(**{k: v for k, v in options.items() if k in _SETTING_FIELDS})
+    return policy_loss(inputs, settings, terms=terms)

@@ -29,14 +29,13 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from gtpo.core import registry
+
 ALGORITHMS = ("gtpo", "grpo")
 CONFLICT_COMBINES = ("union", "product")
 ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
 ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
-# TRL loss types composed with GTPO's λ, δ and γ: aggregations (how token losses are normalized) and the CISPO,
-# SAPO and VESPO token objectives, which λ weights per token as it weights Eq. 7's clipped one (docs/core.md).
-GTPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 ENTROPY_TEMPERATURES = ("model", "sampling")
 
 LN2 = math.log(2.0)
@@ -275,10 +274,11 @@ class GTPOConfig(GRPOConfig):
                 "model and runs no extra forward pass.",
                 self.beta,
             )
-        if self.loss_type not in GTPO_LOSS_TYPES:
+        # The loss types composed with GTPO's λ, δ and γ are the registry's (gtpo.core.registry, docs/core.md).
+        if self.loss_type not in registry.LOSS_TYPES:
             raise ValueError(
                 f"loss_type={self.loss_type!r} with algorithm='gtpo': a TRL loss type gtpo does not know how to weight "
-                f"by λ yet; with algorithm='gtpo' choose one of {list(GTPO_LOSS_TYPES)}, or set algorithm='grpo'."
+                f"by λ yet; with algorithm='gtpo' choose one of {list(registry.LOSS_TYPES)}, or set algorithm='grpo'."
             )
         if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
             raise ValueError(
@@ -286,7 +286,7 @@ class GTPOConfig(GRPOConfig):
                 "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
                 f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
             )
-        token_sum = self.loss_type in ("dapo", "cispo", "vespo")  # normalized by the generation batch's tokens
+        token_sum = registry.LOSS_TYPES[self.loss_type].token_sum  # normalized by the generation batch's tokens
         if token_sum and self.entropy_term == "differentiable" and self.entropy_gamma:
             raise ValueError(
                 f"loss_type={self.loss_type!r} with entropy_term='differentiable': it divides by the generation "

@@ -1,19 +1,21 @@
-"""What `GTPOTrainer._compute_loss` hands `gtpo.core.gtpo_loss` beyond GTPO's own inputs: the normalizers of TRL's
-loss types, and TRL's token and sequence masks (top-entropy tokens, off-policy sequences), computed with TRL's own
-methods so that they mean with GTPO what they mean with GRPO (docs/core.md, "GTPO with more of GRPOConfig")."""
+"""What `GTPOTrainer._compute_loss` hands `gtpo.core.gtpo_loss` beyond GTPO's own inputs, and what it logs: the
+`LossSettings` read from the config, the normalizers of TRL's loss types (from `gtpo.core.registry`), TRL's token
+and sequence masks (top-entropy tokens, off-policy sequences) computed with TRL's own methods so that they mean with
+GTPO what they mean with GRPO (docs/core.md, "GTPO with more of GRPOConfig"), and the loss-side metrics."""
 
 from __future__ import annotations
 
+import torch
 
-def aggregation_kwargs(trainer, inputs) -> dict:
-    """The normalizers TRL's loss types use, for core's aggregations of the same names."""
-    aggregation = trainer.args.core_aggregation
-    if aggregation == "dr_grpo":
-        return {"max_completion_length": trainer.max_completion_length}
-    if aggregation in ("dapo", "cispo", "vespo"):
-        # As TRL: valid tokens of the whole (all-rank) generation batch, per rank.
-        return {"token_normalizer": inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes}
-    return {}
+from gtpo import core
+
+
+def token_normalizer(trainer, inputs):
+    """The token-sum normalisers' divisor (the registry's `needs="token_normalizer"`), else None: as TRL, the valid
+    tokens of the whole (all-rank) generation batch, per rank."""
+    if core.registry.normaliser_of(trainer.args.core_aggregation).needs != "token_normalizer":
+        return None
+    return inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
 
 
 def token_mask(trainer, inputs, per_token_logps, old_per_token_logps, entropies, loss_advantages):
@@ -59,7 +61,7 @@ def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss
         None, or (B, 1) φ_i of the sequence ratio Σ_t log(π_θ/π_old) (times vLLM's sampling correction).
     """
     args = trainer.args
-    if args.loss_type != "vespo":
+    if core.registry.LOSS_TYPES[args.loss_type].surrogate != "vespo":
         return None
     old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
     return trainer.get_gamma_weights(
@@ -72,3 +74,53 @@ def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss
         k_neg=args.vespo_k_neg,
         lambda_neg=args.vespo_lambda_neg,
     )  # (B, 1)
+
+
+def loss_settings(trainer) -> core.LossSettings:
+    """`gtpo.core.LossSettings` from the config (⟨H⟩_ini as measured or restored)."""
+    args = trainer.args
+    normaliser = core.registry.normaliser_of(args.core_aggregation)
+    return core.LossSettings(
+        positive_weight=args.conflict_positive_weight,
+        combine=args.conflict_combine,
+        entropy_filter=args.entropy_filter,
+        entropy_threshold=args.entropy_threshold,
+        initial_entropy=trainer.initial_entropy,
+        gamma=args.entropy_gamma,
+        entropy_term=args.entropy_term,
+        aggregation=args.core_aggregation,
+        surrogate=core.registry.LOSS_TYPES[args.loss_type].surrogate,
+        epsilon_low=trainer.epsilon_low,
+        epsilon_high=trainer.epsilon_high,
+        max_completion_length=trainer.max_completion_length if normaliser.needs == "max_completion_length" else None,
+        delta=args.delta,
+        importance_sampling_level=args.importance_sampling_level,
+        beta=args.beta,
+        kl_bias_correction=bool(args.use_bias_correction_kl),
+        sapo_temperatures=(args.sapo_temperature_pos, args.sapo_temperature_neg),
+    )
+
+
+def log_metrics(trainer, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
+    """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
+    device = per_token_logps.device
+    mask = mask.to(per_token_logps.dtype)
+    coef = torch.ones_like(per_token_logps)
+    if old_per_token_logps is not None:
+        coef = torch.exp(per_token_logps.detach() - old_per_token_logps)
+    adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
+    low = ((coef < 1 - trainer.epsilon_low) & (adv < 0)).to(mask.dtype)
+    high = ((coef > 1 + trainer.epsilon_high) & (adv > 0)).to(mask.dtype)
+    token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
+    token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
+    totals = trainer.accelerator.reduce(token_sums.float(), reduction="sum")
+    names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+    for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist(), strict=False):
+        trainer._metrics[mode][key].append(value)
+
+    keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
+    if keys:
+        values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
+        gathered = trainer.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
+        for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
+            trainer._metrics[mode][key].append(value)

@@ -227,112 +227,109 @@ def scoring_only(scored: torch.Tensor):
         setattr(trl_utils, untempered.KERNEL_NAME, original)
 
 
-class PrefixSharingMixin:
+def per_token_logps_and_entropies(
+    trainer, padded, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+    extra,
+):  # fmt: skip
     """`GRPOTrainer._get_per_token_logps_and_entropies` with each distinct prompt encoded once per micro-batch.
 
     Every log-prob TRL computes goes through that method: the loss, the old log-probs, the reference model's
-    (beta > 0) and GTPO's ⟨H⟩_ini. Where packing cannot apply, or would cost more, it falls back to TRL's padded
-    path and says why once per reason in the log. Mixed in before `GRPOTrainer`, for both algorithms, so that
-    GTPO-vs-GRPO comparisons run on the same layout.
+    (beta > 0) and GTPO's ⟨H⟩_ini. Where packing cannot apply, or would cost more, ``padded`` (TRL's method) scores
+    the batch, and the reason is logged once. Used by `GTPOTrainer` for both algorithms, so that GTPO-vs-GRPO
+    comparisons run on the same layout.
+
+    Args:
+        trainer: the GTPOTrainer. padded: TRL's bound method, for the fallback.
+        model, input_ids (B, L), attention_mask (B, L), logits_to_keep (K), batch_size, compute_entropy,
+        compute_aux_loss, extra (the vision inputs): TRL's arguments.
+
+    Returns:
+        TRL's (log-probs (B, K), entropies (B, K) or None, aux loss or None).
     """
+    reason = problem(trainer, model, compute_aux_loss, extra) or layout_problem(attention_mask, logits_to_keep)
+    if reason is not None:
+        _note(trainer, reason)
+        return padded(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **extra
+        )
+    unwrapped = trainer.accelerator.unwrap_model(model)
+    mask_dtype = None if unwrapped.config._attn_implementation == "sdpa" else unwrapped.dtype
+    batch_size = batch_size or input_ids.size(0)
+    all_logps, all_entropies = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+        packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
+        if not packed_is_cheaper(unwrapped.config, *ids.shape, packed.input_ids.size(1)):
+            _note(trainer, "packing would cost more than padding for this batch's lengths")
+            logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
+        else:
+            logps, entropies = packed_logps(trainer, model, packed, mask, logits_to_keep)
+        all_logps.append(logps)
+        all_entropies.append(entropies)
+    entropies = torch.cat(all_entropies) if compute_entropy else None
+    return torch.cat(all_logps), entropies, None
 
-    def _get_per_token_logps_and_entropies(
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        compute_aux_loss=False,
-        **extra,
-    ):
-        reason = self._prefix_sharing_problem(model, compute_aux_loss, extra)
-        reason = reason or layout_problem(attention_mask, logits_to_keep)
-        fallback = super()._get_per_token_logps_and_entropies
-        if reason is not None:
-            self._note_prefix_sharing(reason)
-            return fallback(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
-                **extra,
-            )  # fmt: skip
-        config = self.accelerator.unwrap_model(model).config
-        mask_dtype = None if config._attn_implementation == "sdpa" else self.accelerator.unwrap_model(model).dtype
-        batch_size = batch_size or input_ids.size(0)
-        all_logps, all_entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
-            if not packed_is_cheaper(config, *ids.shape, packed.input_ids.size(1)):
-                self._note_prefix_sharing("packing would cost more than padding for this batch's lengths")
-                logps, entropies, _ = fallback(model, ids, mask, logits_to_keep, None, compute_entropy)
-            else:
-                logps, entropies = self._packed_logps(model, packed, mask, logits_to_keep)
-            all_logps.append(logps)
-            all_entropies.append(entropies)
-        entropies = torch.cat(all_entropies) if compute_entropy else None
-        return torch.cat(all_logps), entropies, None
 
-    def _packed_logps(self, model, packed: PackedBatch, attention_mask, logits_to_keep):
-        """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
-        capture = untempered.active_capture()
-        seen = len(capture.sampling) if capture is not None else 0
-        with scoring_only(packed.scored), self.accelerator.autocast():
-            output = model(
-                input_ids=packed.input_ids,
-                attention_mask=packed.attention_mask,
-                position_ids=packed.position_ids,
-                shift_labels=packed.shift_labels,
-                fused_lm_head=True,
-            )
-        if not getattr(self, "_prefix_sharing_announced", False):
-            self._prefix_sharing_announced = True
-            logger.info(
-                "prefix sharing: %d rows (%d distinct prompts) packed into %d positions, against %d padded "
-                "(use_prefix_sharing=False for TRL's layout)",
-                attention_mask.size(0), packed.prompts, packed.input_ids.size(1), attention_mask.numel(),
-            )  # fmt: skip
-        if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
-            for index in range(seen, len(capture.sampling)):
-                flat = capture.sampling[index]
-                if flat.numel() != packed.scored.numel():
-                    flat = flat.new_zeros(packed.scored.shape).masked_scatter(packed.scored, flat)
-                full = flat.new_zeros(attention_mask.size(0), attention_mask.size(1) - 1)
-                full[:, -logits_to_keep:] = packed.unpack(flat)
-                capture.sampling[index] = full.reshape(-1)
-        entropies = None if output.entropy is None else packed.unpack(output.entropy)
-        return packed.unpack(output.log_probs), entropies
+def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
+    """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
+    capture = untempered.active_capture()
+    seen = len(capture.sampling) if capture is not None else 0
+    with scoring_only(packed.scored), trainer.accelerator.autocast():
+        output = model(
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+            shift_labels=packed.shift_labels,
+            fused_lm_head=True,
+        )
+    if not trainer.__dict__.get("_prefix_sharing_announced"):
+        trainer._prefix_sharing_announced = True
+        logger.info(
+            "prefix sharing: %d rows (%d distinct prompts) packed into %d positions, against %d padded "
+            "(use_prefix_sharing=False for TRL's layout)",
+            attention_mask.size(0), packed.prompts, packed.input_ids.size(1), attention_mask.numel(),
+        )  # fmt: skip
+    if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
+        for index in range(seen, len(capture.sampling)):
+            flat = capture.sampling[index]
+            if flat.numel() != packed.scored.numel():
+                flat = flat.new_zeros(packed.scored.shape).masked_scatter(packed.scored, flat)
+            full = flat.new_zeros(attention_mask.size(0), attention_mask.size(1) - 1)
+            full[:, -logits_to_keep:] = packed.unpack(flat)
+            capture.sampling[index] = full.reshape(-1)
+    entropies = None if output.entropy is None else packed.unpack(output.entropy)
+    return packed.unpack(output.log_probs), entropies
 
-    def _prefix_sharing_problem(self, model, compute_aux_loss, extra) -> str | None:
-        """Why the packed layout cannot run for this model and these inputs, or None."""
-        if not getattr(self.args, "use_prefix_sharing", True):
-            return "use_prefix_sharing=False"
-        if any(value is not None for value in extra.values()):
-            return "vision-language inputs"
-        if compute_aux_loss:
-            return "the MoE load-balancing loss takes a 2D attention mask"
-        if getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False):
-            return "FSDP and DeepSpeed are not tested with the packed layout"
-        unwrapped = self.accelerator.unwrap_model(model)
-        if (
-            getattr(unwrapped, "active_peft_config", None) is not None
-            and unwrapped.active_peft_config.is_prompt_learning
-        ):
-            return "prompt-learning PEFT adds virtual tokens to every row"
-        config = unwrapped.config
-        text = config.get_text_config()
-        if config.is_encoder_decoder:
-            return "an encoder-decoder model"
-        if config._attn_implementation not in MASKED_ATTENTION:
-            return f"attn_implementation={config._attn_implementation!r} ignores custom 4D masks (sdpa or eager do not)"
-        if any(kind != "full_attention" for kind in getattr(text, "layer_types", None) or ()):
-            return "layers with sliding or chunked attention"
-        if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
-            return "sliding-window attention"
-        return None
 
-    def _note_prefix_sharing(self, reason: str) -> None:
-        noted = self.__dict__.setdefault("_prefix_sharing_notes", set())
-        if reason not in noted:
-            noted.add(reason)
-            logger.info("prefix sharing off (%s): TRL's padded layout scores this batch", reason)
+def problem(trainer, model, compute_aux_loss, extra) -> str | None:
+    """Why the packed layout cannot run for this model and these inputs, or None."""
+    if not getattr(trainer.args, "use_prefix_sharing", True):
+        return "use_prefix_sharing=False"
+    if any(value is not None for value in extra.values()):
+        return "vision-language inputs"
+    if compute_aux_loss:
+        return "the MoE load-balancing loss takes a 2D attention mask"
+    if getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False):
+        return "FSDP and DeepSpeed are not tested with the packed layout"
+    unwrapped = trainer.accelerator.unwrap_model(model)
+    peft_config = getattr(unwrapped, "active_peft_config", None)
+    if peft_config is not None and peft_config.is_prompt_learning:
+        return "prompt-learning PEFT adds virtual tokens to every row"
+    config = unwrapped.config
+    text = config.get_text_config()
+    if config.is_encoder_decoder:
+        return "an encoder-decoder model"
+    if config._attn_implementation not in MASKED_ATTENTION:
+        return f"attn_implementation={config._attn_implementation!r} ignores custom 4D masks (sdpa or eager do not)"
+    if any(kind != "full_attention" for kind in getattr(text, "layer_types", None) or ()):
+        return "layers with sliding or chunked attention"
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return "sliding-window attention"
+    return None
+
+
+def _note(trainer, reason: str) -> None:
+    noted = trainer.__dict__.setdefault("_prefix_sharing_notes", set())
+    if reason not in noted:
+        noted.add(reason)
+        logger.info("prefix sharing off (%s): TRL's padded layout scores this batch", reason)

@@ -36,10 +36,9 @@ from trl import GRPOTrainer
 
 from gtpo import core
 from gtpo.trainer import initial_entropy as entropy_init
-from gtpo.trainer import loss_options, untempered
+from gtpo.trainer import loss_options, shared_prefix, untempered
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
-from gtpo.trainer.shared_prefix import PrefixSharingMixin
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ _FORWARD_INPUT_KEYS = (
 )
 
 
-class GTPOTrainer(PrefixSharingMixin, GRPOTrainer):
+class GTPOTrainer(GRPOTrainer):
     """Group-relative Trajectory-based Policy Optimization on TRL; arguments as `GRPOTrainer`'s.
 
     `args` must be a `GTPOConfig` (every `GRPOConfig` argument is accepted there). The training
@@ -252,6 +251,16 @@ class GTPOTrainer(PrefixSharingMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
 
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **extra,
+    ):  # fmt: skip
+        # Each distinct prompt encoded once, no padding (gtpo.trainer.shared_prefix), for both algorithms.
+        return shared_prefix.per_token_logps_and_entropies(
+            self, super()._get_per_token_logps_and_entropies, model, input_ids, attention_mask, logits_to_keep,
+            batch_size, compute_entropy, compute_aux_loss, extra,
+        )  # fmt: skip
+
     def _compute_loss(self, model, inputs):
         if not self.args.gtpo_enabled:
             return super()._compute_loss(model, inputs)
@@ -289,56 +298,47 @@ class GTPOTrainer(PrefixSharingMixin, GRPOTrainer):
                 capture.sampling[0], attention_mask, completion_ids.size(1)
             )  # (B, T): one kernel call, since _compute_loss scores the micro-batch in one chunk
         old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: ratio = 1, carries grad
-        loss_advantages = self._loss_advantages(inputs["advantages"], entropies, completion_mask)  # (B,) A'
-        loss, metrics = core.gtpo_loss(
+        settings = loss_options.loss_settings(self)
+        loss_type = core.registry.LOSS_TYPES[args.loss_type]
+        loss_inputs = core.LossInputs(
             per_token_logps,
             completion_mask,
             inputs["advantages"],
             forward_span=inputs.get(FORWARD_SPAN),
             backward_span=inputs.get(BACKWARD_SPAN),
             old_per_token_logps=old_per_token_logps,
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),
             token_entropy=entropies,
-            positive_weight=args.conflict_positive_weight,
-            combine=args.conflict_combine,
-            entropy_filter=args.entropy_filter,
-            entropy_threshold=args.entropy_threshold,
-            initial_entropy=self.initial_entropy,
-            gamma=args.entropy_gamma,
-            entropy_term=args.entropy_term,
-            aggregation=args.core_aggregation,
-            **loss_options.aggregation_kwargs(self, inputs),
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
             # vLLM samples from a slightly different distribution than the trainer: TRL stores its correction
             # only when use_vllm and vllm_importance_sampling_correction (its default) are on, and it weights
-            # each token's loss, as in TRL's own GRPO loss.
-            importance_weights=None if args.loss_type == "vespo" else inputs.get("importance_sampling_ratio"),
-            # GRPOConfig's options that compose with GTPO (docs/core.md), with TRL's own masks and KL inputs.
-            delta=args.delta,
-            importance_sampling_level=args.importance_sampling_level,
-            token_mask=loss_options.token_mask(
-                self, inputs, per_token_logps, old_per_token_logps, sampling_entropies, loss_advantages
-            ),
-            ref_per_token_logps=inputs.get("ref_per_token_logps"),
-            beta=args.beta,
-            kl_bias_correction=bool(args.use_bias_correction_kl),
-            surrogate=args.loss_type if args.loss_type in ("cispo", "sapo", "vespo") else "clip",
-            sapo_temperatures=(args.sapo_temperature_pos, args.sapo_temperature_neg),
-            sequence_weights=loss_options.sequence_weights(
-                self, inputs, per_token_logps, old_per_token_logps, loss_advantages
-            ),
+            # each token's loss, as in TRL's own GRPO loss (VESPO folds it into its sequence weights instead).
+            importance_weights=None
+            if core.registry.SURROGATES[loss_type.surrogate].weights_in_objective
+            else inputs.get("importance_sampling_ratio"),
+            token_normalizer=loss_options.token_normalizer(self, inputs),
         )
+        # ⟨H⟩_i, δ_i and A' (Eq. 6-7) once per micro-batch: TRL's masks, the loss and the metrics read them.
+        terms = core.advantage_terms(loss_inputs, settings)
+        # GRPOConfig's options that compose with GTPO (docs/core.md), with TRL's own masks and KL inputs.
+        loss_inputs.token_mask = loss_options.token_mask(
+            self, inputs, per_token_logps, old_per_token_logps, sampling_entropies, terms.advantages
+        )
+        loss_inputs.sequence_weights = loss_options.sequence_weights(
+            self, inputs, per_token_logps, old_per_token_logps, terms.advantages
+        )
+        loss, metrics = core.gtpo_loss(loss_inputs, settings, terms=terms)
         # Scale so that summing over accumulation steps (and DDP's mean over ranks) gives the loss of the
-        # whole batch, whatever its split: "sequence", "bnpo", "dr_grpo" are means over the micro-batch
-        # (as TRL's "grpo", "bnpo", "dr_grpo"); "dapo" is already over the generation batch's token count
-        # per rank, rescaled to one accumulation window as TRL does; "reference" is a sum over the
-        # micro-batch's completions, turned into a sum within each group averaged over groups (the authors'
-        # code trains one group per step, where the two agree).
+        # whole batch, whatever its split (the registry's `Normaliser.scale`): "mean" normalisers are means over
+        # the micro-batch (as TRL's "grpo", "bnpo", "dr_grpo"); "token_sum" ones are already over the generation
+        # batch's token count per rank, rescaled to one accumulation window as TRL does; "group_sum" ("reference")
+        # is a sum over the micro-batch's completions, turned into a sum within each group averaged over groups
+        # (the authors' code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        if args.core_aggregation in ("dapo", "cispo", "vespo"):
+        scale = core.registry.normaliser_of(settings.aggregation).scale
+        if scale == "token_sum":
             normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
-        elif args.core_aggregation == "reference":
+        elif scale == "group_sum":
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             normalizer = normalizer * completion_ids.size(0) / group_size
         loss = loss / normalizer
@@ -350,47 +350,15 @@ class GTPOTrainer(PrefixSharingMixin, GRPOTrainer):
             metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
         # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
         self._log_metrics(
-            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, loss_advantages
+            mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, terms.advantages
         )
         return loss
 
     def _loss_advantages(self, advantages, entropies, mask) -> torch.Tensor:
         """A'_i = δ_i·(A_i − γ⟨H⟩_i) (entropy_term='advantage') or δ_i·A_i: the advantage core.gtpo_loss uses."""
-        args = self.args
-        if args.entropy_filter == "never" and (args.entropy_term != "advantage" or args.entropy_gamma == 0):
-            return advantages
-        mean_h = core.mean_completion_entropy(entropies.detach(), mask)  # (B,)
-        keep = core.entropy_keep_mask(
-            mean_h,
-            advantages,
-            mode=args.entropy_filter,
-            threshold=args.entropy_threshold,
-            initial_entropy=self.initial_entropy,
-        )  # (B,) δ_i, Eq. 6
-        if args.entropy_term == "advantage":
-            return core.shift_advantages(advantages, mean_h, keep, args.entropy_gamma)  # (B,)
-        return torch.where(keep, advantages.float(), 0.0)  # (B,)
+        inputs = core.LossInputs(entropies.detach(), mask, advantages, token_entropy=entropies.detach())
+        return core.advantage_terms(inputs, loss_options.loss_settings(self)).advantages  # (B,)
 
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
-        device = per_token_logps.device
-        mask = mask.to(per_token_logps.dtype)
-        coef = torch.ones_like(per_token_logps)
-        if old_per_token_logps is not None:
-            coef = torch.exp(per_token_logps.detach() - old_per_token_logps)
-        adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
-        low = ((coef < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
-        high = ((coef > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
-        token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
-        token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
-        totals = self.accelerator.reduce(token_sums.float(), reduction="sum")
-        names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
-        for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist(), strict=False):
-            self._metrics[mode][key].append(value)
-
-        keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
-        if keys:
-            values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
-            gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
-            for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
-                self._metrics[mode][key].append(value)
+        loss_options.log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages)
