@@ -722,3 +722,37 @@ def test_vllm_importance_sampling_ratio_reaches_the_gtpo_loss(tmp_path, tiny_mod
     )
     trainer.train()
     assert seen and all(w is not None and bool((w == 0.5).all()) for w in seen)
+
+
+def test_a_loss_type_registered_in_the_test_alone_trains_a_step(tmp_path, tiny_model_path, monkeypatch):
+    """One registry entry is a whole new loss type: GTPOConfig accepts it, core checks it and the trainer trains
+    with it (algorithm="gtpo"), with no list of names to edit. The toy surrogate is REINFORCE's A'·logp; with the
+    token-mean normaliser and γ = 0 its loss is −mean_i mean_t λ·A'·logp, recomputed here from what the loss saw."""
+    from gtpo.core import registry
+
+    for table in ("SURROGATES", "NORMALISERS", "LOSS_TYPES"):  # registered for this test alone
+        monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    registry.register_surrogate("toy_reinforce", lambda ratio, logp, a_tok, inputs, settings: a_tok * logp)
+    registry.register_loss_type("toy", surrogate="toy_reinforce", normaliser="sequence")
+    seen = []
+    original = core.gtpo_loss
+
+    def recording(inputs, settings, **kwargs):
+        loss, metrics = original(inputs, settings, **kwargs)
+        seen.append((inputs, settings, loss.detach()))
+        return loss, metrics
+
+    monkeypatch.setattr(core, "gtpo_loss", recording)
+    args = GTPOConfig(
+        **settings(tmp_path, loss_type="toy", initial_entropy=1.0, conflict_correction=False, entropy_gamma=0.0)
+    )
+    _, before, after = run(FixedGTPO, tiny_model_path, args)
+    assert max((after[k] - before[k]).abs().max().item() for k in before) > 0  # it trained
+    inputs, used, loss = seen[0]
+    assert used.surrogate == "toy_reinforce" and used.aggregation == "toy"
+    valid = inputs.completion_mask.bool()
+    per_row = (inputs.per_token_logps.detach() * valid).sum(-1) / valid.sum(-1)
+    expected = -(inputs.advantages.float() * per_row).mean()  # λ = 1 (no spans), δ = 1 (⟨H⟩_ini ≥ ln 2)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+    with pytest.raises(ValueError, match="loss_type='nope'"):
+        GTPOConfig(**settings(tmp_path, loss_type="nope"))
