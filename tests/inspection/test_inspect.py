@@ -184,3 +184,29 @@ def test_bad_flags_are_one_line_errors(capsys):
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], err
+
+
+def test_completion_entropy_goes_through_the_training_head_and_equals_the_plain_logits_entropy(tiny_model_path):
+    """`gtpo inspect`'s H is computed by the trainer's LM-head path (one entropy path, issue 32), and equals the
+    entropy of the plain forward's temperature-1 logits (core.token_entropy, an independent computation)."""
+    from unittest import mock
+
+    from transformers import AutoModelForCausalLM
+
+    from gtpo import core
+    from gtpo.inspection.group import completion_entropy
+    from gtpo.trainer import lm_head
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    prompt = torch.tensor([5, 9, 17, 33])
+    completion = torch.tensor([[40, 41, 42, 0], [50, 51, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).bool()
+    with torch.no_grad():
+        expected = [core.token_entropy(model(torch.cat([prompt, c[:n]])[None]).logits[0, 3 : 3 + n]) for c, n in
+                    zip(completion, (3, 2), strict=True)]  # fmt: skip
+    with mock.patch.object(lm_head, "token_scores", wraps=lm_head.token_scores) as head:
+        got = completion_entropy(model, prompt, completion, mask)
+    assert head.call_count == 2  # one fused call per completion, through the single-pass head
+    torch.testing.assert_close(got[0, :3], expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1, :2], expected[1], atol=1e-5, rtol=1e-5)
+    assert got[0, 3] == 0 and (got[1, 2:] == 0).all()

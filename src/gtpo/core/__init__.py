@@ -15,8 +15,11 @@ from gtpo.core.entropy import (
     ENTROPY_TERMS,
     LN2,
     entropy_keep_mask,
+    fold_logits,
     mean_completion_entropy,
+    new_statistics,
     shift_advantages,
+    statistics_entropy,
     token_entropy,
 )
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings
@@ -42,13 +45,16 @@ __all__ = [
     "conflict_spans",
     "conflict_weights",
     "entropy_keep_mask",
+    "fold_logits",
     "group_advantages",
     "gtpo_loss",
     "loss_metrics",
     "mean_completion_entropy",
+    "new_statistics",
     "policy_loss",
     "registry",
     "shift_advantages",
+    "statistics_entropy",
     "token_entropy",
     "validate_group_batch",
 ]

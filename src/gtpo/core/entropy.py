@@ -33,8 +33,10 @@ def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
     """Entropy H = -Σ_v p_v ln p_v (nats) of each next-token distribution (Sec. 4.2).
 
     Untempered logits give the paper's H (the trainer's default); tempered ones the sampling distribution's.
-    Float32 math over chunks of ``chunk_rows`` rows (default ≈2**26 logits, 256 MiB per temporary); -inf
-    logits give 0. Differentiable: use ``torch.no_grad()`` unless a gradient is needed.
+    A thin wrapper over `fold_logits`, the same per-tile statistics the trainer's single-pass LM head
+    (`gtpo.trainer.lm_head.token_scores`) folds, so both compute H the same way. Float32 math over chunks of
+    ``chunk_rows`` rows (default ≈2**26 logits, 256 MiB per temporary); -inf logits give 0. Differentiable: use
+    ``torch.no_grad()`` unless a gradient is needed.
 
     Args:
         logits: (..., T, V) next-token logits, any float dtype.
@@ -55,14 +57,63 @@ def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
     rows = chunk_rows if chunk_rows is not None else max(1, _ENTROPY_CHUNK_ELEMS // vocab)
     if rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    parts = [_entropy_rows(chunk) for chunk in flat.split(rows)]  # [(rows,)]
+    parts = []
+    for chunk in flat.split(rows):
+        # clamp: a -inf logit has p = 0 and must give 0·ln 0 = 0, not 0·(-inf) = nan (value or gradient).
+        z = chunk.float().clamp(min=torch.finfo(torch.float32).min)  # (rows, V)
+        stats = new_statistics(z.shape[0], z.device)
+        fold_logits(z, stats)
+        parts.append(statistics_entropy(stats))  # (rows,)
     return torch.cat(parts).view(logits.shape[:-1])  # (..., T)
 
 
-def _entropy_rows(logits: Tensor) -> Tensor:
-    logp = torch.log_softmax(logits.float(), dim=-1)  # (rows, V)
-    # clamp: a -inf logit has p=0 and must give 0·ln 0 = 0, not 0·(-inf) = nan (value or gradient).
-    return -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(dim=-1)  # (rows,)
+def new_statistics(n: int, device, temperatures: int = 1) -> list[Tensor]:
+    """Running statistics of n distributions for `fold_logits`: [max, s₁, x₁] (+ [s_T, x_T] with 2 temperatures)."""
+    stats = [torch.full((n,), -math.inf, device=device)]
+    return stats + [torch.zeros(n, device=device) for _ in range(2 * temperatures)]
+
+
+def fold_logits(z: Tensor, stats: list[Tensor], inv_t: float | None = None) -> None:
+    """Fold one (n, c) tile of raw float32 logits into the running statistics (online log-sum-exp).
+
+    With running max m (shared by both temperatures, since T > 0 keeps the argmax): s₁ = Σ e^{z−m},
+    x₁ = Σ z·e^{z−m}, and, when ``inv_t`` = 1/T is given, s_T = Σ e^{(z−m)/T}, x_T = Σ z·e^{(z−m)/T}. Tiles of the
+    vocabulary may come in any order; `statistics_entropy` turns the totals into H. Replaces the entries of the
+    ``stats`` list.
+
+    Args:
+        z: (n, c) float32 logits of one vocabulary tile (after any logit scale or soft-capping).
+        stats: from `new_statistics` (with ``temperatures=2`` when ``inv_t`` is given).
+        inv_t: 1/T for the tempered statistics, or None.
+    """
+    m, s1, x1 = stats[:3]
+    new_m = torch.maximum(m, z.amax(dim=1))  # (n,)
+    shift = m - new_m  # (n,) -inf on the first tile, where the sums are still 0
+    e = z - new_m.unsqueeze(1)  # (n, c) z - m
+    e1 = torch.exp(e)
+    # The (n,) statistics are replaced, not updated in place, so that autograd can differentiate H; the (n, c)
+    # buffer is reused in place when no gradient is recorded (the trainer's LM head, forward or recomputed).
+    stats[1] = s1 * torch.exp(shift) + e1.sum(dim=1)
+    stats[2] = x1 * torch.exp(shift) + _rowdot(e1, z)
+    if inv_t is not None:
+        del e1
+        et = torch.exp(e * inv_t) if z.requires_grad else e.mul_(inv_t).exp_()  # (n, c) e^{(z - m)/T}
+        stats[3] = stats[3] * torch.exp(shift * inv_t) + et.sum(dim=1)
+        stats[4] = stats[4] * torch.exp(shift * inv_t) + _rowdot(et, z)
+    stats[0] = new_m
+
+
+def statistics_entropy(stats: list[Tensor], inv_t: float | None = None) -> Tensor:
+    """(n,) entropy from folded statistics: H₁ = log Z₁ − x₁/s₁, or H_T = log Z_T − (x_T/s_T)/T with ``inv_t``."""
+    m = stats[0]
+    if inv_t is None:
+        return m + torch.log(stats[1]) - stats[2] / stats[1]
+    return m * inv_t + torch.log(stats[3]) - inv_t * stats[4] / stats[3]
+
+
+def _rowdot(a: Tensor, b: Tensor) -> Tensor:
+    """Σ_j a_ij b_ij per row, (n, V) × (n, V) -> (n,), as one batched dot (no (n, V) temporary)."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(-1)
 
 
 def mean_completion_entropy(token_entropy: Tensor, completion_mask: Tensor) -> Tensor:

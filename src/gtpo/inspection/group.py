@@ -219,16 +219,31 @@ def tokenize_completions(tokenizer, texts: list[str], append_eos: bool = True):
 
 def completion_entropy(model, prompt: Tensor, completion: Tensor, mask: Tensor) -> Tensor:
     """(G, T) entropy in nats of the model's own next-token distribution at each completion token,
-    at temperature 1 (Sec. 4.2: untempered logits, whatever the sampling temperature)."""
+    at temperature 1 (Sec. 4.2: untempered logits, whatever the sampling temperature).
+
+    Computed as training computes it: the backbone's hidden states through TRL's fused LM head with GTPO's
+    single-pass head in place (`gtpo.trainer.untempered`, `gtpo.trainer.lm_head.token_scores`), so a change to
+    that function changes `gtpo inspect` too. No (T, V) logits are materialised.
+    """
+    from trl.trainer.utils import add_fused_lm_head
+
+    from gtpo.trainer import untempered
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "_gtpo_fused_lm_head", False):
+        add_fused_lm_head(base, temperature=1.0, outputs=("log_probs", "entropy"))  # as GRPOTrainer patches it
+        base._gtpo_fused_lm_head = True
     rows = []
     p = prompt.shape[0]
-    with torch.no_grad():
-        for ids, valid in zip(completion, mask, strict=False):  # one row at a time: (T, V) logits, not (G, T, V)
+    with torch.no_grad(), untempered.untempered_entropy(True):
+        for ids, valid in zip(completion, mask, strict=False):
             n = int(valid.sum())
             full = torch.cat([prompt, ids[:n]]).unsqueeze(0)  # (1, P+n)
-            logits = model(full).logits[0, p - 1 : p - 1 + n]  # (n, V): position t predicts token t
+            labels = full.clone()
+            labels[:, :p] = -100  # score the completion only, as TRL does
+            entropy = model(input_ids=full, labels=labels, fused_lm_head=True).entropy  # (1, P+n-1)
             h = torch.zeros(completion.shape[1])
-            h[:n] = core.token_entropy(logits)
+            h[:n] = entropy[0, p - 1 : p - 1 + n]  # position t predicts token t
             rows.append(h)
     return torch.stack(rows)  # (G, T)
 

@@ -18,8 +18,9 @@ Backward (recomputing each tile, as TRL's does): ∂ log p_T(y)/∂z_j = (1[j=y]
 ∂H₁/∂z_j = −p₁,j (log p₁,j + H₁), then through soft-capping and the logit scale.
 
 On CUDA/XPU with Triton, TRL's own fold and backward kernels run on each tile, once per temperature (its
-backward overwrites the tile, so the second temperature works on a copy). Elsewhere a torch fold computes
-both temperatures' statistics from one logit tile, sharing its max and its shift.
+backward overwrites the tile, so the second temperature works on a copy). Elsewhere `gtpo.core.fold_logits`
+computes both temperatures' statistics from one logit tile, sharing its max and its shift; it is also what
+`gtpo.core.token_entropy` folds, so the trainer, `gtpo inspect` and core compute H one way.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 from trl.kernels import chunked_logprob as trl_kernel
+
+from gtpo import core
 
 # TRL's defaults (trl/trainer/utils.py `_CHUNKED_LOGPROB_CHUNK_SIZE`, trl/kernels TOKEN_CHUNK_SIZE).
 VOCAB_CHUNK = 32768
@@ -101,29 +104,18 @@ def _transform(tile: torch.Tensor, logit_scale: float, softcap: float | None) ->
     return z
 
 
-def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ_j a_ij b_ij per row, (n, V) × (n, V) -> (n,), as one batched dot (no (n, V) temporary)."""
-    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(-1)
-
-
 def _torch_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap, inv_t) -> None:
-    """Fold one (n, n_cols) logit tile into both temperatures' running statistics (in place)."""
-    m, s1, x1, st, xt, target = stats
+    """Fold one (n, n_cols) logit tile into both temperatures' statistics with core's fold (`core.fold_logits`,
+    the one `core.token_entropy` uses), and track the target's logit; updates ``stats`` rows in place."""
     z = _transform(tile, logit_scale, softcap)  # (n, c)
+    target = stats[5]
     local = targets - vocab_start
     in_tile = (local >= 0) & (local < n_cols)
     target.copy_(torch.where(in_tile, z.gather(1, local.clamp(0, n_cols - 1).unsqueeze(1)).squeeze(1), target))
-    new_m = torch.maximum(m, z.amax(dim=1))  # (n,) shared by both temperatures (T > 0 keeps the argmax)
-    shift = m - new_m  # (n,) -inf on the first tile, where the sums are still 0
-    e = z - new_m.unsqueeze(1)  # (n, c) z - m
-    e1 = torch.exp(e)
-    s1.mul_(torch.exp(shift)).add_(e1.sum(dim=1))
-    x1.mul_(torch.exp(shift)).add_(_rowdot(e1, z))
-    del e1
-    et = e.mul_(inv_t).exp_()  # (n, c) e^{(z - m)/T}, in the shift's buffer
-    st.mul_(torch.exp(shift * inv_t)).add_(et.sum(dim=1))
-    xt.mul_(torch.exp(shift * inv_t)).add_(_rowdot(et, z))
-    m.copy_(new_m)
+    running = list(stats[:5])  # [m, s₁, x₁, s_T, x_T] of these rows
+    core.fold_logits(z, running, inv_t)
+    for destination, value in zip(stats[:5], running, strict=True):
+        destination.copy_(value)
 
 
 def _triton_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap, inv_t) -> None:
@@ -208,11 +200,11 @@ class _TwoTemperatureHead(torch.autograd.Function):
             sampling_entropy = log_zt - xt / st
             log_probs = target_t - log_zt
         else:
-            m, s1, x1, st, xt, target = stats
+            m, s1, _, st, _, target = stats
             log_z1 = m + torch.log(s1)
             log_zt = m * inv_t + torch.log(st)
-            entropy = log_z1 - x1 / s1
-            sampling_entropy = log_zt - inv_t * xt / st
+            entropy = core.statistics_entropy(stats)
+            sampling_entropy = core.statistics_entropy(stats, inv_t)
             log_probs = target * inv_t - log_zt
         ctx.save_for_backward(hidden, weight, bias, targets, log_z1, log_zt, entropy)
         ctx.settings = (compute_dtype, chunk_size, softcap, logit_scale, inv_t, triton)
