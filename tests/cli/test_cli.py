@@ -178,3 +178,31 @@ def test_readme_python_example_runs(tmp_path, tiny_model_path, monkeypatch):
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["trainer"].state.global_step == 2
+
+
+@pytest.mark.parametrize("error", [ValueError("shape mismatch in a tensor"), KeyError("rows"), RuntimeError("boom")])
+def test_an_error_outside_the_users_input_is_a_bug_with_its_traceback(monkeypatch, capsys, error):
+    """A ValueError or KeyError raised past the reading of the user's input (here: inside a command's work) is
+    gtpo's bug: its traceback, then one line asking for a report with the run record; exit status 1."""
+
+    def failing(argv):
+        raise error
+
+    monkeypatch.setitem(COMMANDS, "plot", failing)
+    assert cli.main(["plot", "--output_dir", "runs/x"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and type(error).__name__ in err
+    assert err.strip().splitlines()[-1] == (
+        "gtpo: error: this is a bug in gtpo; please report it with runs/x/run.json and the traceback above"
+    )
+
+
+def test_refused_values_and_what_the_user_typed_stay_one_line(capsys):
+    """GTPOConfig's refusal (a ValueError raised while the arguments are parsed) and an unknown flag: one line each,
+    exit status 2, no traceback."""
+    assert cli.main(["train", "--entropy_coef", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "entropy_coef" in err
+    assert cli.main(["train", "--no_such_flag", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -7,7 +7,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
-from gtpo.errors import UsageError
+from gtpo.errors import UsageError, user_input
 from gtpo.trainer.recipe import read_recipe
 
 # The offline default: `gtpo train` with no --config. Same keys as a recipe (recipes/smollm2/synthetic/).
@@ -193,8 +193,9 @@ class RecipeParser:
             flag = token.split("=", 1)[0]
             if flag.startswith("--") and flag not in self.flags:
                 raise UsageError(unknown_key_message(flag, self.flags, "command-line", self.prog))
-        self.parser.set_defaults_with_config(**values)
-        outputs = self.parser.parse_args_into_dataclasses(args=argv)
+        with user_input():  # GTPOConfig's, GRPOConfig's and transformers' refusals of the values given
+            self.parser.set_defaults_with_config(**values)
+            outputs = self.parser.parse_args_into_dataclasses(args=argv)
         if self.positional is not None:
             *outputs, extra = outputs
             first = outputs[0]

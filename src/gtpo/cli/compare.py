@@ -21,7 +21,7 @@ from gtpo.compare.study import (
     run_all,
     write_or_check_spec,
 )
-from gtpo.errors import UsageError
+from gtpo.errors import InvalidInput, UsageError
 
 DESCRIPTION = """\
 Run GTPO and GRPO (or any recipes) side by side over seeds and compare them with statistics.
@@ -201,7 +201,7 @@ def eval_settings(args: CompareArguments, current: dict | None = None) -> dict |
         if value is not None:
             settings[key] = value
     if settings["n"] < 1 or settings["limit"] < 1 or settings["batch_size"] < 1:
-        raise ValueError(f"--eval_n, --eval_limit and --eval_batch_size must be at least 1, got {settings}")
+        raise InvalidInput(f"--eval_n, --eval_limit and --eval_batch_size must be at least 1, got {settings}")
     return settings
 
 
@@ -217,7 +217,7 @@ def run_compare(argv: list[str]) -> int:
     common = args.train_args
     out = Path(args.output_dir)
     if args.save_steps < 1:
-        raise ValueError(f"--save_steps must be at least 1, got {args.save_steps}")
+        raise InvalidInput(f"--save_steps must be at least 1, got {args.save_steps}")
     if args.recipe or args.variant:
         spec = Spec(
             parse_arms(args.recipe, args.variant), args.seeds or [0, 1, 2], common, args.save_steps, eval_settings(args)
@@ -226,7 +226,7 @@ def run_compare(argv: list[str]) -> int:
     else:
         path = out / SPEC_FILE
         if not path.is_file():
-            raise ValueError(f"no {path}: give the arms (--recipe, --variant) to start a study in {out}")
+            raise InvalidInput(f"no {path}: give the arms (--recipe, --variant) to start a study in {out}")
         spec = Spec.from_json(json.loads(path.read_text()))
         evaluation = eval_settings(args, spec.eval)
         if args.seeds or evaluation != spec.eval:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gtpo.cli.arguments import RecipeParser
-from gtpo.errors import UsageError
+from gtpo.errors import InvalidInput, UsageError, user_input
 from gtpo.eval.backends import BACKEND_CHOICES, SamplingSettings
 from gtpo.eval.plots import METRICS, plot_results
 from gtpo.eval.runner import RESULTS_FILE, RUN_FILE, EvalConfig, LazyBackend, default_label, evaluate, load_problems
@@ -171,7 +171,7 @@ def run_eval_plot(argv: list[str]) -> int:
 def _eval_configs(args: EvalArguments) -> list[EvalConfig]:
     tasks = list(dict.fromkeys(args.task))
     if args.source is not None and len(tasks) > 1:
-        raise ValueError(f"--source names one file, but {len(tasks)} tasks were given ({tasks}); give one --task")
+        raise InvalidInput(f"--source names one file, but {len(tasks)} tasks were given ({tasks}); give one --task")
     label = args.label or default_label(args.model)
     root = Path(args.output_dir) if args.output_dir else Path("outputs") / "eval" / label.replace("/", "_")
     sampling = SamplingSettings(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
@@ -200,8 +200,9 @@ def _eval_configs(args: EvalArguments) -> list[EvalConfig]:
 
 def run_eval_from_args(args: EvalArguments) -> list[dict]:
     """Evaluate every --task (one model load shared by all); print a summary; return the results dicts."""
-    configs = _eval_configs(args)
-    backend = LazyBackend(args.model, args.backend, args.dtype, args.seed)
+    with user_input():
+        configs = _eval_configs(args)
+        backend = LazyBackend(args.model, args.backend, args.dtype, args.seed)
     all_results = []
     for config in configs:
         try:

@@ -12,6 +12,7 @@ import torch
 
 from gtpo import core
 from gtpo.cli.arguments import RecipeParser
+from gtpo.errors import InvalidInput
 from gtpo.inspection.group import (
     DEFAULTS,
     RECIPE_KEYS,
@@ -36,15 +37,15 @@ def read_group(path: str) -> dict:
     try:
         group = json.loads(file.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+        raise InvalidInput(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
     need = "give a JSON object with prompt, completions (list of texts) and rewards (one number each)"
     if not isinstance(group, dict) or any(k not in group for k in ("prompt", "completions", "rewards")):
-        raise ValueError(f"{path}: missing key(s); {need}")
+        raise InvalidInput(f"{path}: missing key(s); {need}")
     comps, rewards = group["completions"], group["rewards"]
     if not isinstance(comps, list) or not comps or not all(isinstance(c, str) for c in comps):
-        raise ValueError(f"{path}: completions must be a non-empty list of texts; {need}")
+        raise InvalidInput(f"{path}: completions must be a non-empty list of texts; {need}")
     if not isinstance(rewards, list) or len(rewards) != len(comps):
-        raise ValueError(
+        raise InvalidInput(
             f"{path}: {len(comps)} completions but rewards has "
             f"{len(rewards) if isinstance(rewards, list) else 'no list'}; {need}"
         )
@@ -54,7 +55,7 @@ def read_group(path: str) -> dict:
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)
     ]
     if bad:
-        raise ValueError(f"{path}: rewards[{bad[0]}] = {rewards[bad[0]]!r} is not a finite number")
+        raise InvalidInput(f"{path}: rewards[{bad[0]}] = {rewards[bad[0]]!r} is not a finite number")
     return group
 
 
@@ -164,7 +165,7 @@ def settings_from(args: InspectArguments) -> dict:
     settings = dict(DEFAULTS)
     settings.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
     if settings["num_generations"] < 2:
-        raise ValueError(
+        raise InvalidInput(
             f"-G must be at least 2 (a group needs two completions to compare), got {settings['num_generations']}"
         )
     return settings
@@ -177,9 +178,9 @@ def run_inspect(argv: list[str]) -> int:
     args = parse_inspect_args(argv)
     s = settings_from(args)
     if args.group and (args.prompt or args.index != 0):
-        raise ValueError("--group reads a recorded group: leave out --prompt and --index")
+        raise InvalidInput("--group reads a recorded group: leave out --prompt and --index")
     if args.prompt and "accuracy" in s["reward_funcs"] and args.answer is None:
-        raise ValueError("--prompt with the accuracy reward needs --answer GOLD (or --reward_funcs format)")
+        raise InvalidInput("--prompt with the accuracy reward needs --answer GOLD (or --reward_funcs format)")
     resolve_model(s["model"])  # a bad model name fails here, before anything slow
     group = read_group(args.group) if args.group else None
     prompt, answer = _prompt_and_answer(args, s, group)
@@ -240,7 +241,7 @@ def _prompt_and_answer(args, s: dict, group: dict | None):
         s["task"], s["split"], source=s["source"], few_shot=s["few_shot"], column_map=parse_column_map(s["column_map"])
     )
     if not 0 <= args.index < len(dataset):
-        raise ValueError(
+        raise InvalidInput(
             f"--index {args.index} is out of range: {s['task']}/{s['split']} has rows 0..{len(dataset) - 1}"
         )
     row = dataset[args.index]

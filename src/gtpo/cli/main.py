@@ -15,6 +15,7 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 
 from gtpo.errors import UsageError
 
@@ -100,16 +101,24 @@ def _top_help() -> str:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "what you asked for is wrong": reported in one line, without a traceback."""
-    errors = (UsageError, ValueError, KeyError, FileNotFoundError, NotADirectoryError)
+    """Exceptions that mean "what you asked for is wrong": reported in one line, without a traceback. ValueErrors
+    and KeyErrors count where the user's input is read (`gtpo.errors.user_input`), which makes them UsageErrors."""
+    errors = (UsageError, FileNotFoundError, NotADirectoryError)
     data = sys.modules.get("gtpo.tasks")  # imported before any data loads, so its error can be raised
     return errors + ((data.TaskSourceError,) if data is not None else ())
 
 
-def _message(err: BaseException) -> str:
-    if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
-        return err.args[0]  # str(KeyError) would wrap the message in quotes
-    return str(err)
+BUG_LINE = "this is a bug in gtpo; please report it with {record} and the traceback above"
+
+
+def _run_record(argv: list[str]) -> str:
+    """Where the failed command's run record is, for the bug report (the run folder's run.json)."""
+    from pathlib import Path
+
+    for flag in ("--output_dir", "--output-dir", "--out"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            return str(Path(argv[argv.index(flag) + 1]) / "run.json")
+    return "RUN/run.json (RUN: the run folder it printed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,12 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[command](rest) or 0
     except Exception as err:
-        from gtpo.errors import os_error_message
+        from gtpo.errors import message_of, os_error_message
 
         user = isinstance(err, _user_errors())
-        message = _message(err) if user else isinstance(err, OSError) and os_error_message(err)  # full disk, ...
-        if debug or not message:
+        message = message_of(err) if user else isinstance(err, OSError) and os_error_message(err)  # full disk, ...
+        if debug:
             raise
+        if not message:  # not the user's input: a bug, reported with everything needed to fix it
+            traceback.print_exc()
+            print(f"gtpo: error: {BUG_LINE.format(record=_run_record(rest))}", file=sys.stderr)
+            return 1
         print(f"gtpo: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

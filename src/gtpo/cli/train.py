@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gtpo.cli.arguments import DEFAULT_TRAIN_RECIPE, train_parser
 from gtpo.cli.run_setup import load_dataset_for, open_run_dir, plan_run_dir, plot_run, print_summary
+from gtpo.errors import user_input
 from gtpo.trainer import policy
 from gtpo.trainer.policy import check_model_name
 
@@ -22,11 +23,12 @@ def run_train(argv: list[str]) -> int:
 
     (script_args, training_args, model_args), recipe = parse_train_args(argv)
     # Everything the user can get wrong is checked before the run folder is made and the model loaded.
-    run_dir = plan_run_dir(training_args, script_args, argv)
-    reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    check_model_name(model_args, "gtpo train")
-    dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
-    open_run_dir("train", argv, recipe, script_args, training_args, model_args, dataset)
+    with user_input():
+        run_dir = plan_run_dir(training_args, script_args, argv)
+        reward_funcs = get_reward_funcs(script_args.reward_funcs)
+        check_model_name(model_args, "gtpo train")
+        dataset = load_dataset_for(script_args, seed=training_args.data_seed or training_args.seed)
+        open_run_dir("train", argv, recipe, script_args, training_args, model_args, dataset)
     print(
         f"gtpo train: {training_args.algorithm} on {script_args.task} with {model_args.model_name_or_path}; "
         f"run folder {run_dir}"

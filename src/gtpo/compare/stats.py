@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gtpo.errors import InvalidInput
+
 # t_{0.975, df}: the two-sided 95% Student t quantile for df = 1..30 degrees of freedom.
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -34,7 +36,7 @@ def t_quantile_975(df: int) -> float:
     """Two-sided 95% Student t quantile for ``df`` degrees of freedom (tabulated to df = 30, then
     interpolated in 1/df towards the normal 1.960, which is within 0.001 of the exact value)."""
     if df < 1:
-        raise ValueError(f"a t-interval needs at least 1 degree of freedom (2 values), got df={df}")
+        raise InvalidInput(f"a t-interval needs at least 1 degree of freedom (2 values), got df={df}")
     if df <= len(_T975):
         return _T975[df - 1]
     last = len(_T975)
@@ -69,14 +71,14 @@ class Interval:
 
 def mean(values: list[float]) -> float:
     if not values:
-        raise ValueError("the mean of no values is undefined")
+        raise InvalidInput("the mean of no values is undefined")
     return sum(values) / len(values)
 
 
 def sample_std(values: list[float]) -> float:
     """Standard deviation with Bessel's correction (divisor n - 1)."""
     if len(values) < 2:
-        raise ValueError(f"a sample standard deviation needs at least 2 values, got {len(values)}")
+        raise InvalidInput(f"a sample standard deviation needs at least 2 values, got {len(values)}")
     m = mean(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
@@ -129,10 +131,10 @@ def band(curves: list[list[float]]) -> tuple[list[float], list[float], list[floa
 
     With one curve the band is the curve itself."""
     if not curves:
-        raise ValueError("a band needs at least one curve")
+        raise InvalidInput("a band needs at least one curve")
     length = len(curves[0])
     if any(len(c) != length for c in curves):
-        raise ValueError("curves of one band must have the same length (align them on common steps first)")
+        raise InvalidInput("curves of one band must have the same length (align them on common steps first)")
     return column_band([list(column) for column in zip(*curves, strict=True)])
 
 

@@ -31,6 +31,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
 from gtpo.runs.folder import latest_checkpoint, run_status
 from gtpo.runs.metrics_log import prepare_for_resume
 
@@ -105,7 +106,7 @@ def parse_arms(recipes: list[str], variants: list[str]) -> list[Arm]:
         arms.append(Arm(name, path))
     if variants:
         if len(arms) != 1:
-            raise ValueError(
+            raise InvalidInput(
                 f"--variant needs exactly one --recipe to vary, got {len(arms)}; "
                 "give one --recipe, or several recipes and no --variant"
             )
@@ -113,24 +114,24 @@ def parse_arms(recipes: list[str], variants: list[str]) -> list[Arm]:
         for item in variants:
             name, sep, flags = item.partition(":")
             if not sep:
-                raise ValueError(
+                raise InvalidInput(
                     f"--variant {item!r} must be NAME:FLAGS, e.g. 'grpo:--algorithm grpo' "
                     "(an empty FLAGS, 'gtpo:', is the recipe as it is)"
                 )
             arms.append(Arm(name.strip(), base.recipe, shlex.split(flags)))
     if not arms:
-        raise ValueError("give at least one arm: --recipe PATH (several), or --recipe PATH with --variant NAME:FLAGS")
+        raise InvalidInput("give at least one arm: --recipe PATH (several), or --recipe PATH with --variant NAME:FLAGS")
     names = [a.name for a in arms]
     for arm in arms:
         if not _NAME.fullmatch(arm.name):
-            raise ValueError(f"arm name {arm.name!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
+            raise InvalidInput(f"arm name {arm.name!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         if not Path(arm.recipe).is_file():
-            raise ValueError(f"recipe {arm.recipe!r} of arm {arm.name!r} not found")
+            raise InvalidInput(f"recipe {arm.recipe!r} of arm {arm.name!r} not found")
         for flag in arm.args:
             if flag in ("--seed", "--output_dir", "--resume_from_checkpoint"):
-                raise ValueError(f"arm {arm.name!r} sets {flag}; gtpo compare sets it per run, remove it")
+                raise InvalidInput(f"arm {arm.name!r} sets {flag}; gtpo compare sets it per run, remove it")
     if len(set(names)) != len(names):
-        raise ValueError(f"arm names must differ, got {names}; name recipes as NAME=PATH")
+        raise InvalidInput(f"arm names must differ, got {names}; name recipes as NAME=PATH")
     return arms
 
 
@@ -276,7 +277,7 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
                 if changed
                 else "the common flags or --save_steps differ"
             )
-            raise ValueError(
+            raise InvalidInput(
                 f"{path} describes a different study ({what}); use another --output_dir, or rerun with the same "
                 "arms and flags (`gtpo compare --output_dir OUT` reuses them; new arm names are added)"
             )
@@ -285,7 +286,7 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
             logger.info("adding arm(s) %s to the study in %s", ", ".join(a.name for a in added), out)
         spec.arms = old.arms + added
         if old.eval is not None and spec.eval is not None and old.eval != spec.eval:
-            raise ValueError(
+            raise InvalidInput(
                 f"{path} evaluates with {old.eval}, not {spec.eval}; drop the --eval-* flags to keep the "
                 "study's settings, or use another --output_dir"
             )

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gtpo.errors import InvalidInput
+
 logger = logging.getLogger(__name__)
 
 Messages = list[dict]
@@ -43,13 +45,13 @@ class SamplingSettings:
 
     def __post_init__(self):
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise InvalidInput(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidInput(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise InvalidInput(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise InvalidInput(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,7 +86,7 @@ class SeededBackend:
     ) -> list[Completion]:
         """One completion per prompt; ``seeds`` has one seed per prompt."""
         if len(prompts) != len(seeds):
-            raise ValueError(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
+            raise InvalidInput(f"need one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
         if not prompts:
             return []
         return self._sample(list(prompts), list(seeds), sampling)
@@ -134,7 +136,7 @@ def choose_backend(name: str, model: str) -> str:
             return "vllm"
         return "transformers"
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; valid backends: {list(BACKEND_CHOICES)}")
+        raise InvalidInput(f"unknown backend {name!r}; valid backends: {list(BACKEND_CHOICES)}")
     return name
 
 
@@ -253,7 +255,7 @@ class VLLMBackend(SeededBackend):
 
     def __init__(self, model: str, dtype: str | None = None, seed: int = 0, **llm_kwargs):
         if importlib.util.find_spec("vllm") is None:
-            raise ValueError(
+            raise InvalidInput(
                 "backend 'vllm' needs vLLM: `pip install 'gtpo[vllm]'` on a CUDA machine, or use --backend transformers"
             )
         from vllm import LLM

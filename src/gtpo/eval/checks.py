@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
+
 logger = logging.getLogger(__name__)
 
 
@@ -36,7 +38,7 @@ def check_model(model: str) -> None:
         except (OSError, ValueError) as err:  # not found, no network, gated
             reasons.append(str(err).strip().splitlines()[0])
     reason = reasons[0] if reasons else "no config.json or adapter_config.json in the hub cache or on the hub"
-    raise ValueError(
+    raise InvalidInput(
         f"--model {model!r} is not a local path, not an offline name {list(OFFLINE_MODELS)}, and not a hub model "
         f"that can be loaded ({reason}). Check the name, or give a checkpoint directory."
     )
@@ -47,9 +49,9 @@ def check_output_dir(run_dir: Path) -> None:
     for parent in (run_dir, *run_dir.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise ValueError(f"--output_dir: {parent} is a file, not a folder; choose another --output_dir")
+                raise InvalidInput(f"--output_dir: {parent} is a file, not a folder; choose another --output_dir")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise ValueError(
+                raise InvalidInput(
                     f"--output_dir: cannot write in {parent} (permission denied); choose another --output_dir"
                 )
             return
@@ -66,7 +68,7 @@ def removed_if_never_started(run_dir: Path, samples_file: str):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(
+        raise InvalidInput(
             f"--output_dir: cannot create {run_dir} ({err.strerror or err}); choose another --output_dir"
         ) from None
     try:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
 from gtpo.eval.runner import RESULTS_FILE
 
 METRICS = ("pass@k", "maj@k")
@@ -28,10 +29,10 @@ def find_results(paths: Sequence[str | Path]) -> list[Path]:
         elif path.is_dir():
             inside = sorted(path.rglob(RESULTS_FILE))
             if not inside:
-                raise ValueError(f"no {RESULTS_FILE} under {path}; run `gtpo eval` first or give the file")
+                raise InvalidInput(f"no {RESULTS_FILE} under {path}; run `gtpo eval` first or give the file")
             found.extend(inside)
         else:
-            raise ValueError(f"results path {raw!r} does not exist; give {RESULTS_FILE} files or their run folders")
+            raise InvalidInput(f"results path {raw!r} does not exist; give {RESULTS_FILE} files or their run folders")
     return found
 
 
@@ -41,14 +42,16 @@ def load_results(path: str | Path) -> dict:
     try:
         results = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); re-run `gtpo eval` to rewrite it") from None
+        raise InvalidInput(
+            f"{path}:{err.lineno}: not valid JSON ({err.msg}); re-run `gtpo eval` to rewrite it"
+        ) from None
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason}); re-run `gtpo eval` to rewrite it") from None
+        raise InvalidInput(f"{path}: not UTF-8 text ({err.reason}); re-run `gtpo eval` to rewrite it") from None
     if not isinstance(results, dict):
-        raise ValueError(f"{path} is not a gtpo eval results file: a JSON {type(results).__name__}, not an object")
+        raise InvalidInput(f"{path} is not a gtpo eval results file: a JSON {type(results).__name__}, not an object")
     missing = [key for key in ("task", "ks", *METRICS) if key not in results]
     if missing:
-        raise ValueError(f"{path} is not a gtpo eval results file: missing {missing}")
+        raise InvalidInput(f"{path} is not a gtpo eval results file: missing {missing}")
     return results
 
 
@@ -71,10 +74,10 @@ def plot_results(
 
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
-        raise ValueError(f"unknown metrics {unknown or list(metrics)}; valid: {list(METRICS)}")
+        raise InvalidInput(f"unknown metrics {unknown or list(metrics)}; valid: {list(METRICS)}")
     files = find_results(paths)
     if labels is not None and len(labels) != len(files):
-        raise ValueError(f"got {len(labels)} labels for {len(files)} results files: {[str(f) for f in files]}")
+        raise InvalidInput(f"got {len(labels)} labels for {len(files)} results files: {[str(f) for f in files]}")
     runs = [load_results(f) for f in files]
     names = (
         list(labels)
@@ -120,7 +123,9 @@ def plot_results(
         output.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(output, dpi=150)
     except (OSError, ValueError) as err:
-        raise ValueError(f"cannot write the figure to {output} (-o): {getattr(err, 'strerror', None) or err}") from None
+        raise InvalidInput(
+            f"cannot write the figure to {output} (-o): {getattr(err, 'strerror', None) or err}"
+        ) from None
     finally:
         plt.close(fig)
     return output

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
 from gtpo.runs.jsonl import read_jsonl
 
 # Fields of a record that results are computed from.
@@ -42,7 +43,7 @@ def read_records(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     if path.is_dir():
-        raise ValueError(f"{path} is a directory, not a records file; use another --output_dir")
+        raise InvalidInput(f"{path} is a directory, not a records file; use another --output_dir")
     return read_jsonl(path, record_problem, what="JSON record", repair=True)
 
 
@@ -54,7 +55,7 @@ def append_records(path: Path, records: Iterable[dict]) -> None:
             f.flush()
             os.fsync(f.fileno())  # the batch is on disk before the next one starts
     except OSError as err:  # a full disk, a quota: the samples already written stay valid
-        raise ValueError(
+        raise InvalidInput(
             f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and "
             "re-run the same command: finished samples are kept"
         ) from None
@@ -66,7 +67,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
         tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except OSError as err:
-        raise ValueError(
+        raise InvalidInput(
             f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
             "the same command: finished samples are kept"
         ) from None

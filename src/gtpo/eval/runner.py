@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gtpo.errors import InvalidInput
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import summarize_records
 from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, write_json_atomic
@@ -82,13 +83,13 @@ class EvalConfig:
         if self.source is not None:
             self.source = os.fspath(self.source)
         if self.num_samples < 1:
-            raise ValueError(f"num_samples (-n) must be >= 1, got {self.num_samples}")
+            raise InvalidInput(f"num_samples (-n) must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size (--batch_size) must be >= 1, got {self.batch_size}")
+            raise InvalidInput(f"batch_size (--batch_size) must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit (--limit) must be >= 1 (or None for all problems), got {self.limit}")
+            raise InvalidInput(f"limit (--limit) must be >= 1 (or None for all problems), got {self.limit}")
         if self.dtype is not None and self.dtype not in DTYPES:
-            raise ValueError(f"dtype (--dtype) {self.dtype!r} is not one of {list(DTYPES)}")
+            raise InvalidInput(f"dtype (--dtype) {self.dtype!r} is not one of {list(DTYPES)}")
 
 
 @dataclass(frozen=True)
@@ -148,17 +149,17 @@ def load_problems(
     from gtpo.tasks import TASKS, load_task
 
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; valid tasks: {sorted(TASKS)}")
+        raise InvalidInput(f"unknown task {task!r}; valid tasks: {sorted(TASKS)}")
     dataset = load_task(task, split, source=source, few_shot=few_shot, column_map=column_map)
     missing = {"prompt", "answer", "id"} - set(dataset.column_names)
     if missing:
-        raise ValueError(f"task {task!r} rows lack columns {sorted(missing)}; got {dataset.column_names}")
+        raise InvalidInput(f"task {task!r} rows lack columns {sorted(missing)}; got {dataset.column_names}")
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
     problems = [Problem(row["id"], row["prompt"], str(row["answer"])) for row in dataset]
     ids = [str(p.id) for p in problems]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"task {task!r} has duplicate problem ids; records could not be matched to problems")
+        raise InvalidInput(f"task {task!r} has duplicate problem ids; records could not be matched to problems")
     return problems
 
 
@@ -196,7 +197,7 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         if (run_dir / SAMPLES_FILE).exists():
-            raise ValueError(
+            raise InvalidInput(
                 f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
                 "samples were drawn; use another output directory"
             )
@@ -205,12 +206,12 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
     try:
         recorded = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(
+        raise InvalidInput(
             f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
             "restore it, or use another --output_dir"
         ) from None
     if not isinstance(recorded, dict):
-        raise ValueError(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output_dir")
+        raise InvalidInput(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output_dir")
     # Run folders written before few_shot was resolved recorded None for "the task's default".
     recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
     diffs = [
@@ -219,7 +220,7 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
         if recorded.get(key) != settings[key]
     ]
     if diffs:
-        raise ValueError(
+        raise InvalidInput(
             f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
             f"ones. Use another --output_dir, or the recorded settings. Differences: " + "; ".join(diffs)
         )
@@ -258,7 +259,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
     problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot, config.column_map)
     if not problems:
-        raise ValueError(f"task {config.task!r} split {config.split!r} has no problems")
+        raise InvalidInput(f"task {config.task!r} split {config.split!r} has no problems")
     settings = _run_settings(config, problems)
     samples_path = run_dir / SAMPLES_FILE
     with removed_if_never_started(run_dir, SAMPLES_FILE):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from gtpo import core
+from gtpo.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def group_advantages(rewards: Tensor, scale_rewards: str = "group") -> Tensor:
     [10.0, -10.0]
     """
     if scale_rewards not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
+        raise InvalidInput(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
     rewards = rewards.float()  # (G,)
     return core.group_advantages(rewards, rewards.numel(), scale="none" if scale_rewards == "none" else "group")
 
@@ -126,7 +127,7 @@ def analyse_group(
     mask = completion_mask.bool()  # (G, T)
     g = completion_ids.shape[0]
     if rewards.shape != (g,):
-        raise ValueError(f"{g} completions but {tuple(rewards.shape)[0] if rewards.dim() else 1} rewards")
+        raise InvalidInput(f"{g} completions but {tuple(rewards.shape)[0] if rewards.dim() else 1} rewards")
     advantages = group_advantages(rewards, scale_rewards)  # (G,)
     forward, backward = core.conflict_spans(completion_ids, mask, advantages, g)  # (G, T) each
     result = GroupAnalysis(

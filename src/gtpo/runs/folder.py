@@ -30,6 +30,8 @@ import re
 import shutil
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
+
 logger = logging.getLogger(__name__)
 
 RUN_RECORD = "run.json"
@@ -75,7 +77,7 @@ def read_record(run_dir: str | Path) -> dict | None:
         return None
     record = _read_json(path)
     if not isinstance(record, dict):
-        raise ValueError(f"{path}: not a JSON object; it is written by `gtpo train`, restore it or remove the folder")
+        raise InvalidInput(f"{path}: not a JSON object; it is written by `gtpo train`, restore it or remove the folder")
     return record
 
 
@@ -167,14 +169,14 @@ def _has_run(run_dir: Path) -> bool:
 
 def _check_writable(run_dir: Path, flag: str) -> None:
     if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"{flag} {run_dir} is a file, not a folder: give a folder path for the run")
+        raise InvalidInput(f"{flag} {run_dir} is a file, not a folder: give a folder path for the run")
     parent = run_dir
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise ValueError(f"{flag} {run_dir}: {parent} is a file, so no folder can be made there; give another path")
+        raise InvalidInput(f"{flag} {run_dir}: {parent} is a file, so no folder can be made there; give another path")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {run_dir}: {parent} is not writable; give a folder you can write to")
+        raise InvalidInput(f"{flag} {run_dir}: {parent} is not writable; give a folder you can write to")
 
 
 def _refusal(run_dir: Path) -> str:
@@ -199,7 +201,7 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
     """
     steps = training_args.max_steps
     if steps == 0 or steps < -1:
-        raise ValueError(
+        raise InvalidInput(
             f"--max_steps {steps}: give a positive number of optimizer steps, or -1 to train for num_train_epochs"
         )
     given = training_args.output_dir not in (None, "", "trainer_output")  # transformers' default when unset
@@ -207,17 +209,17 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
     resume = training_args.resume_from_checkpoint
     resume = None if resume in (None, "", False) or str(resume).lower() in ("false", "none") else str(resume)
     if resume is not None and overwrite:
-        raise ValueError("--resume_from_checkpoint and --overwrite_output_dir true contradict each other: give one")
+        raise InvalidInput("--resume_from_checkpoint and --overwrite_output_dir true contradict each other: give one")
 
     if resume is not None and resume.lower() in RESUME_LATEST:
         if not given:
-            raise ValueError(
+            raise InvalidInput(
                 f"--resume_from_checkpoint {resume} resumes the newest complete checkpoint of --output_dir: "
                 f"give --output_dir RUN_DIR (the folder of the run to resume)"
             )
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
-            raise ValueError(
+            raise InvalidInput(
                 f"--resume_from_checkpoint {resume}: {run_dir} has no complete checkpoint-N folder to resume "
                 f"(--save_strategy steps --save_steps N writes them); start fresh with another --output_dir "
                 f"or --overwrite_output_dir true"
@@ -228,18 +230,18 @@ def plan_run(training_args, overwrite: bool, default_dir: Path, main_process: bo
         problem = checkpoint_problem(checkpoint)
         if problem is not None:
             hint = f"; --resume_from_checkpoint last picks the newest complete one in {checkpoint.parent}"
-            raise ValueError(f"--resume_from_checkpoint {resume}: cannot resume from it, {problem}{hint}")
+            raise InvalidInput(f"--resume_from_checkpoint {resume}: cannot resume from it, {problem}{hint}")
         home = checkpoint.parent
         if not given:
             run_dir = home
         elif run_dir.resolve() != home.resolve() and (home / RUN_RECORD).exists():
-            raise ValueError(
+            raise InvalidInput(
                 f"--resume_from_checkpoint {resume} belongs to the run in {home}; a resumed run writes into its own "
                 f"folder: drop --output_dir or give --output_dir {home}"
             )
     _check_writable(run_dir, "--output_dir")
     if resume is None and main_process and _has_run(run_dir) and not overwrite:
-        raise ValueError(_refusal(run_dir))
+        raise InvalidInput(_refusal(run_dir))
     training_args.output_dir = str(run_dir)
     training_args.resume_from_checkpoint = resume
     return run_dir

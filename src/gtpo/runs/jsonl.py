@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
+
 logger = logging.getLogger(__name__)
 
 
@@ -58,7 +60,7 @@ def read_jsonl(
             rows.append(row)
             continue
         if number != len(lines):
-            raise ValueError(f"{path}:{number}: {problem}; the file is damaged: move it away to start over")
+            raise InvalidInput(f"{path}:{number}: {problem}; the file is damaged: move it away to start over")
         keep = len(data) - len(line) - (1 if data.endswith(b"\n") else 0)
         logger.warning(
             "%s:%d: %s an unfinished last line (%d bytes) left by an interrupted write",

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
 from gtpo.runs.metrics_log import read_metrics, series
 
 logger = logging.getLogger(__name__)
@@ -159,19 +160,19 @@ def plot_runs(
 
     run_dirs = [Path(d) for d in run_dirs]
     if not run_dirs:
-        raise ValueError("give at least one run folder")
+        raise InvalidInput("give at least one run folder")
     labels = list(labels) if labels else [d.resolve().name for d in run_dirs]
     if len(labels) != len(run_dirs):
-        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs: give one label per run folder")
+        raise InvalidInput(f"{len(labels)} labels for {len(run_dirs)} runs: give one label per run folder")
     if smooth is not None and smooth < 1:
-        raise ValueError(f"smooth must be a window of at least 1 step, got {smooth}")
+        raise InvalidInput(f"smooth must be a window of at least 1 step, got {smooth}")
     runs = [(label, read_metrics(d)) for label, d in zip(labels, run_dirs, strict=False)]
     for run_dir, (_, rows) in zip(run_dirs, runs, strict=False):
         if not rows:
-            raise ValueError(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it once a step is logged")
+            raise InvalidInput(f"{run_dir}: its metrics.jsonl has no logged step yet; plot it once a step is logged")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"output folder {out_dir} is a file: give a folder for the figures (-o)")
+        raise InvalidInput(f"output folder {out_dir} is a file: give a folder for the figures (-o)")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     written = []

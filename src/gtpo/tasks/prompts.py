@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gtpo.errors import InvalidInput
+
 __all__ = [
     "ANSWER_TAGS",
     "REASONING_TAGS",
@@ -109,7 +111,7 @@ def build_prompt(
         raise TypeError(f"few_shot must be a count or a sequence of examples, got {few_shot!r}")
     if isinstance(few_shot, int):
         if not 0 <= few_shot <= len(WORKED_EXAMPLES):
-            raise ValueError(
+            raise InvalidInput(
                 f"few_shot must be between 0 and {len(WORKED_EXAMPLES)} (built-in examples), got {few_shot}"
             )
         few_shot = WORKED_EXAMPLES[:few_shot]

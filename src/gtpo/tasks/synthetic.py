@@ -6,6 +6,7 @@ import hashlib
 import random
 from collections.abc import Callable
 
+from gtpo.errors import InvalidInput
 from gtpo.tasks.prompts import WORKED_EXAMPLES
 
 _OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b}
@@ -33,14 +34,14 @@ def synthetic_rows(
     Default sizes: 3,775 questions, about 3,020 train and 755 test. Harder: raise max_operand.
     """
     if split not in ("train", "test"):
-        raise ValueError(f"synthetic split must be 'train' or 'test', got {split!r}")
+        raise InvalidInput(f"synthetic split must be 'train' or 'test', got {split!r}")
     unknown = sorted(set(ops) - set(_OPS))
     if unknown or not ops:
-        raise ValueError(f"synthetic ops must be a non-empty string of {sorted(_OPS)}, got {ops!r}")
+        raise InvalidInput(f"synthetic ops must be a non-empty string of {sorted(_OPS)}, got {ops!r}")
     if not 0 <= min_operand <= max_operand:
-        raise ValueError(f"need 0 <= min_operand <= max_operand, got {min_operand}, {max_operand}")
+        raise InvalidInput(f"need 0 <= min_operand <= max_operand, got {min_operand}, {max_operand}")
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        raise InvalidInput(f"test_fraction must be in (0, 1), got {test_fraction}")
     shown = {example.question for example in WORKED_EXAMPLES}  # never ask what the prompt answers
     rows = []
     for op in dict.fromkeys(ops):

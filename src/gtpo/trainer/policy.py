@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gtpo.errors import UsageError
+from gtpo.errors import UsageError, user_input
 
 logger = logging.getLogger(__name__)
 
@@ -136,16 +136,17 @@ def train_policy(
     push = training_args.push_to_hub
     training_args.push_to_hub = False
     with recording_status(run_dir, training_args.process_index == 0):
-        model, tokenizer = load_policy(model_args, script_name)
-        trainer = trainer_class(
-            model=model,
-            **trainer_kwargs,
-            args=training_args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=get_peft_config(model_args),
-            callbacks=[MetricsLogger(run_dir)],
-        )
+        with user_input():  # the model and the trainer's refusals of the settings given
+            model, tokenizer = load_policy(model_args, script_name)
+            trainer = trainer_class(
+                model=model,
+                **trainer_kwargs,
+                args=training_args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                peft_config=get_peft_config(model_args),
+                callbacks=[MetricsLogger(run_dir)],
+            )
         if prepare is not None:
             prepare(trainer)
         start = time.time()

@@ -9,6 +9,8 @@ import numbers
 import torch
 from trl.trainer.utils import get_callable_name, is_async_callable
 
+from gtpo.errors import UserFunctionError
+
 
 def is_empty(dataset) -> bool:
     if dataset is None:
@@ -110,10 +112,10 @@ def _ignore(*args, **kwargs) -> None:
     return None
 
 
-def _raised(name, error, row, prompts, completions) -> ValueError:
+def _raised(name, error, row, prompts, completions) -> UserFunctionError:
     what = f"raised {type(error).__name__}: {error}"
     if row is None:
-        return ValueError(
+        return UserFunctionError(
             f"reward function {name!r} {what} on a batch of {len(prompts)} rows (no single row raises on its own)"
         )
     return _reward_error(name, what, row, prompts, completions)
@@ -124,12 +126,12 @@ def _check_rewards(name, rewards, prompts, completions):
     try:
         count = len(rewards)
     except TypeError:
-        raise ValueError(
+        raise UserFunctionError(
             f"reward function {name!r} returned {type(rewards).__name__}, not a list of {n} rewards "
             "(one float per completion, or None where the reward does not apply)"
         ) from None
     if count != n:
-        raise ValueError(
+        raise UserFunctionError(
             f"reward function {name!r} returned {count} rewards for {n} completions; it must return one per "
             "completion (None where the reward does not apply)"
         )
@@ -148,8 +150,8 @@ def _check_rewards(name, rewards, prompts, completions):
     return rewards
 
 
-def _reward_error(name, what, row, prompts, completions) -> ValueError:
-    return ValueError(
+def _reward_error(name, what, row, prompts, completions) -> UserFunctionError:
+    return UserFunctionError(
         f"reward function {name!r} {what} on row {row} of this process's batch: "
         f"prompt={_preview(prompts[row])}, completion={_preview(completions[row])}"
     )
