@@ -354,7 +354,6 @@ def test_a_task_registered_in_the_test_alone_trains_and_evaluates(tmp_path, monk
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
     from cli_helpers import tiny_train_args
-
     from gtpo import cli
     from gtpo.tasks import TASKS, Task, register_task
 
