@@ -138,6 +138,7 @@ def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, 
         train_dataset=Dataset.from_dict({"prompt": [prompt] * 4}), peft_config=peft_config,
     )  # fmt: skip
     trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which this does not run
     batch = trainer._generate_and_score_completions([{"prompt": prompt}] * group)
     return trainer, batch
 
