@@ -9,11 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gtpo.core.checks import (
-    check_rewards,
-    check_signs_inputs,
-    lookup,
-)
+from gtpo.core.checks import check_group_size, float_vector_check, lookup, raise_if_any
 
 """ln 2 ≈ 0.693 nats: the entropy of an even choice between two tokens, Eq. (6)'s threshold."""
 ZERO_ADVANTAGE_RTOL = 1e-6
@@ -77,3 +73,23 @@ def _signs(advantages: Tensor, group_size: int) -> Tensor:
     tol = ZERO_ADVANTAGE_RTOL * grouped.amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1) tol_g
     zero = (grouped <= tol).view(-1)  # (N,)
     return torch.where(zero, 0.0, torch.sign(a)).to(torch.int8)  # (N,)
+
+
+# Input checks of this module's functions (one host sync per call) -----------------------------------
+def check_rewards(rewards, group_size, scale: str) -> None:
+    """Checks of `gtpo.core.group_advantages` once its scale is looked up (one sync)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    check = float_vector_check(rewards, None, "rewards")
+    if rewards.shape[0] % group_size != 0:
+        raise ValueError(f"N={rewards.shape[0]} rewards is not a multiple of group_size={group_size}")
+    if scale == "group" and group_size < 2:
+        raise ValueError("scale='group' needs group_size >= 2 (the unbiased std of one reward is undefined)")
+    raise_if_any([check])
+
+
+def check_signs_inputs(advantages, group_size) -> None:
+    """Checks of `gtpo.core.advantage_signs` (one sync)."""
+    check = float_vector_check(advantages, None, "advantages")
+    check_group_size(group_size, advantages.shape[0], "advantages")
+    raise_if_any([check])

@@ -14,13 +14,7 @@ import torch
 from torch import Tensor
 
 from gtpo.core.advantages import _signs
-from gtpo.core.checks import (
-    check_entropy_inputs,
-    check_keep_inputs,
-    check_shift_inputs,
-    initial_entropy_value,
-    lookup,
-)
+from gtpo.core.checks import check_group_size, check_number, float_vector_check, lookup, mask_checks, raise_if_any
 
 LN2 = math.log(2.0)
 
@@ -219,3 +213,58 @@ def _shift(advantages: Tensor, mean_entropy: Tensor, keep: Tensor, gamma: float)
     dtype = torch.promote_types(advantages.dtype, torch.float32)
     shifted = advantages.to(dtype) - gamma * mean_entropy.detach().to(dtype)  # (N,)
     return torch.where(keep, shifted, 0.0)  # (N,)
+
+
+# Input checks of this module's functions (one host sync per call) -----------------------------------
+def initial_entropy_value(initial_entropy, device: torch.device) -> float | Tensor:
+    """⟨H⟩_ini for ``entropy_filter='auto'``: a float, or a () tensor moved to ``device`` (no sync)."""
+    if initial_entropy is None:
+        raise ValueError(
+            "entropy_filter='auto' needs initial_entropy, the model's mean completion entropy ⟨H⟩_ini "
+            "measured before training (Eq. 6; e.g. mean_completion_entropy over completions of the first "
+            "100 training prompts, averaged). Pass initial_entropy=<float>, or choose entropy_filter="
+            "'always' or 'never'."
+        )
+    if isinstance(initial_entropy, Tensor):
+        if initial_entropy.numel() != 1:
+            raise ValueError(f"initial_entropy must be a scalar, got shape {tuple(initial_entropy.shape)}")
+        return initial_entropy.to(device).reshape(())  # () stays on the device
+    if isinstance(initial_entropy, bool) or not isinstance(initial_entropy, (int, float)):
+        raise ValueError(f"initial_entropy must be a scalar number of nats, got {initial_entropy!r}")
+    if not math.isfinite(initial_entropy) or initial_entropy < 0:
+        raise ValueError(f"initial_entropy must be a finite entropy >= 0 (nats), got {initial_entropy!r}")
+    return float(initial_entropy)
+
+
+def check_keep_inputs(mean_entropy, advantages, threshold, group_size) -> None:
+    """Checks of `gtpo.core.entropy_keep_mask` once its mode is looked up (one sync)."""
+    check_number(threshold, "entropy threshold")
+    if not isinstance(mean_entropy, Tensor) or mean_entropy.dim() != 1:
+        raise ValueError("mean_entropy must be an (N,) tensor (see mean_completion_entropy())")
+    check_group_size(group_size, mean_entropy.shape[0])
+    raise_if_any([float_vector_check(advantages, mean_entropy.shape[0], "advantages")])
+
+
+def check_shift_inputs(advantages, mean_entropy, keep, gamma) -> None:
+    """Checks of `gtpo.core.shift_advantages` (no sync)."""
+    check_number(gamma, "gamma")
+    tensors = all(isinstance(t, Tensor) for t in (advantages, mean_entropy, keep))
+    if (
+        not tensors
+        or keep.dtype != torch.bool
+        or keep.shape != advantages.shape
+        or mean_entropy.shape != advantages.shape
+    ):
+        raise ValueError(
+            f"advantages {tuple(advantages.shape)}, mean_entropy {tuple(mean_entropy.shape)} and keep "
+            f"{tuple(keep.shape)} must all be (N,), keep bool"
+        )
+
+
+def check_entropy_inputs(token_entropy, completion_mask) -> Tensor:
+    """Checks of `gtpo.core.mean_completion_entropy` (one sync); returns the (N, T) bool mask."""
+    if not isinstance(token_entropy, Tensor) or token_entropy.dim() != 2:
+        raise ValueError("token_entropy must be an (N, T) tensor (see token_entropy())")
+    valid, checks = mask_checks(completion_mask, tuple(token_entropy.shape), right_padded=False)
+    raise_if_any(checks)
+    return valid

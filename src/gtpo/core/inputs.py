@@ -10,7 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
+
+from gtpo.core import registry
+from gtpo.core.checks import check_group_size, check_number, check_weight, float_vector_check, mask_checks, raise_if_any
 
 
 @dataclass
@@ -99,3 +103,147 @@ class AdvantageTerms:
     mean_entropy: Tensor | None
     keep: Tensor
     advantages: Tensor
+
+
+# Input checks of this module's functions (one host sync per call) -----------------------------------
+def _aggregation_normalizer(inputs, settings):
+    """The one extra number the normaliser needs (static checks) and its deferred device check, if any."""
+    normaliser = registry.normaliser_of(settings.aggregation)
+    aggregation, max_completion_length, token_normalizer = (
+        settings.aggregation, settings.max_completion_length, inputs.token_normalizer
+    )  # fmt: skip
+    if normaliser.needs != "max_completion_length" and max_completion_length is not None:
+        raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
+    if normaliser.needs != "token_normalizer" and token_normalizer is not None:
+        others = ", ".join(
+            repr(n) for n in sorted(registry.LOSS_TYPES) if registry.LOSS_TYPES[n].token_sum and n != "dapo"
+        )
+        raise ValueError(
+            f"token_normalizer is used only by aggregation='dapo' and the other token sums ({others}), not "
+            f"{aggregation!r}"
+        )
+    if normaliser.needs == "max_completion_length":
+        if (
+            isinstance(max_completion_length, bool)
+            or not isinstance(max_completion_length, int)
+            or max_completion_length < 1
+        ):
+            raise ValueError(
+                f"aggregation={aggregation!r} divides by N × max_completion_length: pass max_completion_length=<int "
+                f">= 1> (the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
+            )
+        return max_completion_length, None
+    if normaliser.needs is None:
+        return None, None
+    hint = (
+        f"aggregation={aggregation!r} divides by the valid tokens of the whole global batch per rank: pass "
+        "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)"
+    )
+    if isinstance(token_normalizer, Tensor):
+        if token_normalizer.numel() != 1 or token_normalizer.is_complex():
+            raise ValueError(f"{hint}, got a tensor of shape {tuple(token_normalizer.shape)}")
+        value = token_normalizer.detach().reshape(()).float()  # () stays on its device
+        return value, (~(torch.isfinite(value) & (value > 0)), lambda: f"{hint}, got {value.item()!r}")
+    if (
+        isinstance(token_normalizer, bool)
+        or not isinstance(token_normalizer, (int, float))
+        or not (math.isfinite(token_normalizer) and token_normalizer > 0)
+    ):
+        raise ValueError(f"{hint}, got {token_normalizer!r}")
+    return float(token_normalizer), None
+
+
+def _shape_of(value) -> object:
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+
+
+def check_loss_options(inputs, settings) -> None:
+    """The checks of `gtpo.core.gtpo_loss`'s GRPOConfig options (docs/core.md): shapes and ranges, no sync.
+
+    Args:
+        inputs, settings: `gtpo.core.inputs.LossInputs` and `LossSettings`.
+    """
+    logps = inputs.per_token_logps
+    shape = tuple(logps.shape) if isinstance(logps, Tensor) else (0, 0)
+    surrogate = registry.surrogate_of(settings.surrogate)
+    if surrogate.check is not None:
+        surrogate.check(inputs, settings, shape)
+    if settings.importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(
+            f"importance_sampling_level must be 'token' or 'sequence', got {settings.importance_sampling_level!r}"
+        )
+    delta, beta = settings.delta, settings.beta
+    if delta is not None:
+        check_number(delta, "delta")
+        if delta <= 1 + settings.epsilon_high:
+            raise ValueError(
+                f"delta must exceed 1 + epsilon_high = {1 + settings.epsilon_high} (it caps r), got {delta}"
+            )
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+    n, token_mask, ref = shape[0], inputs.token_mask, inputs.ref_per_token_logps
+    if token_mask is not None and (
+        not isinstance(token_mask, Tensor) or tuple(token_mask.shape) not in (shape, (n, 1))
+    ):
+        raise ValueError(f"token_mask must have shape {shape} or {(n, 1)}, got {_shape_of(token_mask)}")
+    if beta and (not isinstance(ref, Tensor) or tuple(ref.shape) != shape):
+        got = tuple(ref.shape) if isinstance(ref, Tensor) else ref
+        raise ValueError(f"beta > 0 needs ref_per_token_logps of shape {shape}, got {got}")
+
+
+def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
+    """All checks of `gtpo.core.gtpo_loss` (mode names already looked up), with one sync.
+
+    Args:
+        inputs, settings: `gtpo.core.inputs.LossInputs` and `LossSettings`.
+
+    Returns:
+        ``(valid, normalizer)``: the (N, T) bool mask, and the normaliser's extra number
+        (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for the token sums, else None).
+    """
+    check_weight(settings.positive_weight)
+    for name in ("gamma", "entropy_threshold", "epsilon_low", "epsilon_high"):
+        check_number(getattr(settings, name), name)
+    if settings.epsilon_low < 0 or settings.epsilon_high < 0:
+        raise ValueError(
+            f"epsilon_low and epsilon_high must be >= 0, got {settings.epsilon_low}, {settings.epsilon_high}"
+        )
+    logps = inputs.per_token_logps
+    if not isinstance(logps, Tensor) or logps.dim() != 2 or not logps.is_floating_point():
+        raise ValueError("per_token_logps must be an (N, T) floating tensor")
+    shape = tuple(logps.shape)
+    n = shape[0]
+    # Any 0/1 mask works for the loss; right padding only matters where the spans are computed.
+    valid, checks = mask_checks(inputs.completion_mask, shape, right_padded=False)
+    checks.append(float_vector_check(inputs.advantages, n, "advantages"))
+    forward_span, backward_span = inputs.forward_span, inputs.backward_span
+    if (forward_span is None) != (backward_span is None):
+        raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
+    for name in ("forward_span", "backward_span", "old_per_token_logps", "token_entropy"):
+        t = getattr(inputs, name)
+        if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
+            raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {_shape_of(t)}")
+    weights = inputs.importance_weights
+    if weights is not None and (not isinstance(weights, Tensor) or tuple(weights.shape) not in (shape, (n, 1))):
+        raise ValueError(
+            f"importance_weights must have shape {shape} or {(n, 1)} (per token or per sequence), got "
+            f"{_shape_of(weights)}"
+        )
+    if forward_span is not None and (forward_span.dtype != torch.bool or backward_span.dtype != torch.bool):
+        raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
+    entropy_filter, entropy_term, gamma = settings.entropy_filter, settings.entropy_term, settings.gamma
+    needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
+    if inputs.token_entropy is None and needs_entropy:
+        raise ValueError(
+            f"token_entropy is needed for entropy_filter={entropy_filter!r} with entropy_term={entropy_term!r}, "
+            f"gamma={gamma}: pass token_entropy (see token_entropy()), or switch the entropy parts off with "
+            "entropy_filter='never' and gamma=0 (or entropy_term='none')"
+        )
+    check_group_size(settings.group_size, n, "completions")
+    normalizer, normalizer_check = _aggregation_normalizer(inputs, settings)
+    if normalizer_check is not None:
+        checks.append(normalizer_check)
+    raise_if_any(checks)
+    if isinstance(normalizer, Tensor):
+        normalizer = normalizer.to(logps.device)
+    return valid, normalizer

@@ -16,9 +16,9 @@ from torch import Tensor
 
 from gtpo.core import registry
 from gtpo.core.advantages import _signs
-from gtpo.core.checks import check_loss_inputs, check_loss_options, lookup
+from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, LN2, _keep, _mean_entropy, _shift
-from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings
+from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
 from gtpo.core.spans import COMBINE_MODES
 

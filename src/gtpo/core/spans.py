@@ -14,8 +14,11 @@ from torch import Tensor
 
 from gtpo.core.advantages import _signs
 from gtpo.core.checks import (
-    check_weights_inputs,
+    check_group_size,
+    check_weight,
+    float_vector_check,
     lookup,
+    raise_if_any,
     validate_group_batch,
 )
 from gtpo.core.conflicts import aligned_conflicts
@@ -164,3 +167,16 @@ def conflict_weights(
     check_weights_inputs(forward, backward, advantages, positive_weight, group_size)
     signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
     return fn(forward, backward, signs, float(positive_weight))  # (N, T)
+
+
+# Input checks of this module's functions (one host sync per call) -----------------------------------
+def check_weights_inputs(forward, backward, advantages, positive_weight, group_size) -> None:
+    """Checks of `gtpo.core.conflict_weights` (one sync)."""
+    for name, span in (("forward", forward), ("backward", backward)):
+        if not isinstance(span, Tensor) or span.dtype != torch.bool or span.dim() != 2:
+            raise ValueError(f"{name} must be an (N, T) bool tensor (from conflict_spans)")
+    if forward.shape != backward.shape:
+        raise ValueError(f"forward {tuple(forward.shape)} and backward {tuple(backward.shape)} spans differ in shape")
+    check_weight(positive_weight)
+    check_group_size(group_size, forward.shape[0])
+    raise_if_any([float_vector_check(advantages, forward.shape[0], "advantages")])
