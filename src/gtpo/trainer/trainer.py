@@ -35,8 +35,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from gtpo import core
+from gtpo.trainer import generation, loss_options, untempered
 from gtpo.trainer import initial_entropy as entropy_init
-from gtpo.trainer import loss_options, untempered
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
 
@@ -393,3 +393,8 @@ class GTPOTrainer(GRPOTrainer):
             gathered = self.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
             for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
                 self._metrics[mode][key].append(value)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's, each prompt prefilled once and ended rows dropped where possible (gtpo.trainer.generation)."""
+        args = (prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        return generation.generate_single_turn(self, super()._generate_single_turn, *args)

@@ -1,0 +1,205 @@
+"""Generation of the default recipe (SmolLM2-135M, LoRA r=16, one prompt x G=8 x 96 tokens): today's path
+against the candidates of issue 30, arms alternating, on the same seeds.
+
+    python benchmarks/bench_generation.py              # float32 and bfloat16, 5 rounds (~8 min on 2 cores)
+    python benchmarks/bench_generation.py --quick      # 2 rounds (~3 min)
+    python benchmarks/bench_generation.py --dtype bfloat16 --arms generate,fast
+
+Arms (each samples G completions of the recipe's first prompt, TRL's sampling settings: temperature 1):
+
+- ``generate``: TRL's transformers path, ``model.generate`` on the LoRA model (the G rows each prefill the prompt,
+  every row runs until the longest ends);
+- ``continuous``: TRL's ``use_transformers_continuous_batching`` (``model.generate_batch``);
+- ``prefill``: :func:`gtpo.sampling.decode` with ``drop_finished=False``: the prompt prefilled once, its cache
+  copied to the G rows, ended rows still fed padding;
+- ``fast``: :func:`gtpo.sampling.decode`: prefilled once and ended rows dropped (the training default);
+- ``fast+merged``: ``fast`` with the LoRA weights merged into the base for generation (peft ``merge_adapter``),
+  unmerged after.
+
+Each round runs every arm once, in a rotated order, each after ``torch.manual_seed(round)``. Printed per arm: the
+median wall time of a call, the tokens it kept, and its time / ``generate``'s. Then greedy decoding of both paths
+on the same prompt, and how many tokens differ (near-ties of float rounding in another batch shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+ARMS = ("generate", "continuous", "prefill", "fast", "fast+merged")
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def cpu_line() -> str:
+    """CPU model, cores torch uses, and whether it has bf16 units."""
+    from gtpo.models import cpu_computes_bf16
+
+    name = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return f"CPU {name}; torch threads {torch.get_num_threads()}; bf16 units {cpu_computes_bf16()}"
+
+
+def load(model_name: str, dtype: str):
+    """The recipe's policy: the model in ``dtype`` with a fresh LoRA adapter (r=16, alpha 32, the recipe's
+    modules; B=0 as at step 0, so the adapter runs but changes nothing)."""
+    from peft import LoraConfig, get_peft_model
+
+    from gtpo.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_name, dtype=getattr(torch, dtype))
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS, task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora).eval()
+    return model, tokenizer
+
+
+def recipe_prompt(tokenizer) -> list[int]:
+    """Token ids of the default recipe's first training prompt (synthetic task, one worked example)."""
+    from gtpo.tasks import load_task
+
+    messages = load_task("synthetic", "train", few_shot=1)[0]["prompt"]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+def trl_generation_config(tokenizer, tokens: int, do_sample: bool = True):
+    """The GenerationConfig TRL's GRPOTrainer builds with GRPOConfig's defaults."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=tokens,
+        do_sample=do_sample,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=[tokenizer.eos_token_id],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        disable_compile=True,
+    )
+
+
+def run_generate(model, tokenizer, prompt, group, tokens, do_sample=True) -> list[list[int]]:
+    """TRL's transformers path: left-padded batch, ``generate``, cut after the first EOS."""
+    ids = torch.tensor([prompt] * group)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=trl_generation_config(tokenizer, tokens, do_sample),
+        )
+    result = []
+    for row in out[:, ids.shape[1] :].tolist():
+        stop = next((i for i, t in enumerate(row) if t == tokenizer.eos_token_id), None)
+        result.append(row if stop is None else row[: stop + 1])
+    return result
+
+
+def run_continuous(model, tokenizer, prompt, group, tokens) -> list[list[int]]:
+    """TRL's ``use_transformers_continuous_batching`` path (``generate_batch``)."""
+    with torch.no_grad():
+        outputs = model.generate_batch(
+            [prompt] * group, generation_config=trl_generation_config(tokenizer, tokens), progress_bar=False
+        )
+    return [o.generated_tokens for o in outputs.values()]
+
+
+def run_decode(model, tokenizer, prompt, group, tokens, drop=True, merged=False, do_sample=True):
+    from gtpo.sampling import decode, multinomial_choice
+
+    if merged:
+        model.merge_adapter()
+    try:
+        return decode(
+            model,
+            [prompt] * group,
+            multinomial_choice(do_sample),
+            tokens,
+            [tokenizer.eos_token_id],
+            tokenizer.pad_token_id,
+            drop_finished=drop,
+        )
+    finally:
+        if merged:
+            model.unmerge_adapter()
+
+
+def call(arm, model, tokenizer, prompt, group, tokens):
+    if arm == "generate":
+        return run_generate(model, tokenizer, prompt, group, tokens)
+    if arm == "continuous":
+        return run_continuous(model, tokenizer, prompt, group, tokens)
+    return run_decode(model, tokenizer, prompt, group, tokens, drop=arm != "prefill", merged=arm == "fast+merged")
+
+
+def bench_dtype(args, dtype: str) -> None:
+    model, tokenizer = load(args.model, dtype)
+    prompt = recipe_prompt(tokenizer)
+    arms = [a for a in args.arms.split(",") if a]
+    times = {a: [] for a in arms}
+    kept = {a: [] for a in arms}
+    call("fast", model, tokenizer, prompt, args.group, 4)  # warm-up: first-call allocations
+    for r in range(args.rounds):
+        order = arms[r % len(arms) :] + arms[: r % len(arms)]
+        for arm in order:
+            torch.manual_seed(r)
+            start = time.perf_counter()
+            try:
+                completions = call(arm, model, tokenizer, prompt, args.group, args.tokens)
+            except Exception as err:  # an arm this machine cannot run (e.g. continuous batching) is reported
+                print(f"  {arm}: failed: {type(err).__name__}: {str(err)[:200]}")
+                arms.remove(arm)
+                continue
+            times[arm].append(time.perf_counter() - start)
+            kept[arm].append(sum(len(c) for c in completions))
+    base = statistics.median(times["generate"]) if times.get("generate") else None
+    print(f"dtype {dtype}, prompt {len(prompt)} tokens, G={args.group}, max {args.tokens} tokens, {args.rounds} rounds")
+    for arm in arms:
+        t = statistics.median(times[arm])
+        ratio = f"{t / base:.2f}x generate" if base else ""
+        print(
+            f"  {arm:12s} median {t:6.2f} s  (all: {', '.join(f'{x:.2f}' for x in times[arm])})  "
+            f"tokens kept {statistics.mean(kept[arm]):5.0f}  {ratio}"
+        )
+    if args.greedy_check:
+        ref = run_generate(model, tokenizer, prompt, args.group, args.tokens, do_sample=False)
+        new = run_decode(model, tokenizer, prompt, args.group, args.tokens, do_sample=False)
+        differ = sum(a != b for x, y in zip(ref, new, strict=True) for a, b in zip(x, y, strict=False))
+        differ += sum(abs(len(x) - len(y)) for x, y in zip(ref, new, strict=True))
+        total = sum(len(x) for x in ref)
+        print(f"  greedy: {differ} of {total} tokens differ between generate and fast (one prompt x {args.group})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--dtype", default="float32,bfloat16", help="comma-separated")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {ARMS}")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--quick", action="store_true", help="2 rounds")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
+    parser.add_argument("--no-greedy-check", dest="greedy_check", action="store_false")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds = 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(cpu_line())
+    for dtype in args.dtype.split(","):
+        bench_dtype(args, dtype)
+
+
+if __name__ == "__main__":
+    main()
