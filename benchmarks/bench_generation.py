@@ -13,8 +13,8 @@ Arms (each samples G completions of the recipe's first prompt, TRL's sampling se
 - ``prefill``: :func:`gtpo.sampling.decode` with ``drop_finished=False``: the prompt prefilled once, its cache
   copied to the G rows, ended rows still fed padding;
 - ``fast``: :func:`gtpo.sampling.decode`: prefilled once and ended rows dropped (the training default);
-- ``fast+merged``: ``fast`` with the LoRA weights merged into the base for generation (peft ``merge_adapter``),
-  unmerged after.
+- ``fast+merged``: ``fast`` with the LoRA weights folded into the base for generation
+  (:func:`gtpo.sampling.merged_lora`, float32 only: in bf16 it leaves the model as it is), what training runs.
 
 Each round runs every arm once, in a rotated order, each after ``torch.manual_seed(round)``. Printed per arm: the
 median wall time of a call, the tokens it kept, and its time / ``generate``'s. Then greedy decoding of both paths
@@ -115,11 +115,9 @@ def run_continuous(model, tokenizer, prompt, group, tokens) -> list[list[int]]:
 
 
 def run_decode(model, tokenizer, prompt, group, tokens, drop=True, merged=False, do_sample=True):
-    from gtpo.sampling import decode, multinomial_choice
+    from gtpo.sampling import decode, merged_lora, multinomial_choice
 
-    if merged:
-        model.merge_adapter()
-    try:
+    with merged_lora(model) if merged else contextlib.nullcontext():
         return decode(
             model,
             [prompt] * group,
@@ -129,9 +127,6 @@ def run_decode(model, tokenizer, prompt, group, tokens, drop=True, merged=False,
             tokenizer.pad_token_id,
             drop_finished=drop,
         )
-    finally:
-        if merged:
-            model.unmerge_adapter()
 
 
 def call(arm, model, tokenizer, prompt, group, tokens):

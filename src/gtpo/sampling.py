@@ -20,6 +20,7 @@ including the first end-of-sequence token, or ``max_new_tokens`` tokens).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -138,6 +139,53 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, multiple: int 
             ids[i, length - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
             mask[i, length - len(p) :] = 1
     return ids, mask
+
+
+def lora_layers(model) -> tuple[list, str | None]:
+    """The peft LoRA linear layers of ``model``, and why they cannot be folded into their base weights (or None):
+    a float32/float64 ``nn.Linear`` base, plain LoRA (no DoRA, no LoRA bias, no dropout) only. In bfloat16 the
+    folded weight W + BA would round most of a small update BA away, so bf16 models are left as they are."""
+    layers = [m for m in model.modules() if hasattr(m, "lora_A") and hasattr(m, "get_delta_weight")]
+    for layer in layers:
+        base = layer.get_base_layer()
+        if type(base) is not torch.nn.Linear or base.weight.dtype not in (torch.float32, torch.float64):
+            return layers, f"a LoRA base layer is {type(base).__name__} in {base.weight.dtype}"
+        if layer.merged or layer.disable_adapters:
+            return layers, "adapters already merged or disabled"
+        for name in layer.active_adapters:
+            if name not in layer.lora_A:
+                continue
+            if layer.use_dora.get(name) or layer.lora_bias.get(name):
+                return layers, "DoRA or LoRA bias"
+            if not isinstance(layer.lora_dropout[name], torch.nn.Identity):
+                return layers, "LoRA dropout (generation runs in train mode: merged weights would skip it)"
+    return layers, None
+
+
+@contextlib.contextmanager
+def merged_lora(model):
+    """Fold the active LoRA adapters into their base weights while the block runs, where :func:`lora_layers`
+    allows (else leave the model as it is). A decoding step then runs one matmul per linear layer instead of three
+    (14 small matmuls fewer per SmolLM2 layer). The base weights are never modified: each gets a new tensor
+    W + BA for the block, and the original tensor back after it, bit for bit. Yields whether it merged."""
+    layers, why = lora_layers(model)
+    if not layers or why is not None:
+        yield False
+        return
+    saved = []
+    try:
+        for layer in layers:
+            active = [name for name in layer.active_adapters if name in layer.lora_A]
+            weight = layer.get_base_layer().weight
+            saved.append((layer, weight, weight.data))
+            delta = sum(layer.get_delta_weight(name) for name in active)
+            weight.data = weight.data + delta
+            layer.merged_adapters.extend(active)  # peft's forward then runs the base layer alone
+        yield True
+    finally:
+        for layer, weight, original in saved:
+            weight.data = original
+            layer.merged_adapters.clear()
 
 
 def select_rows(processors, keep: torch.Tensor) -> None:

@@ -160,13 +160,12 @@ def test_chi_square_rejects_a_wrong_distribution():
     assert chi_square_p(counts, torch.tensor([0.45, 0.35, 0.2], dtype=torch.float64)) < 1e-3
 
 
-@pytest.fixture(scope="module")
-def trainer(tiny_model_path, tmp_path_factory):
+def make_trainer(tiny_model_path, output_dir, peft_config=None):
     from gtpo import GTPOConfig, GTPOTrainer
     from trainer_helpers import make_dataset, table_reward
 
     args = GTPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("gen") / "out"),
+        output_dir=output_dir,
         per_device_train_batch_size=8,
         num_generations=4,
         max_completion_length=16,
@@ -178,7 +177,18 @@ def trainer(tiny_model_path, tmp_path_factory):
         disable_tqdm=True,
         initial_entropy=1.0,
     )
-    return GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(8))
+    return GTPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=table_reward,
+        args=args,
+        train_dataset=make_dataset(8),
+        peft_config=peft_config,
+    )
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_path, tmp_path_factory):
+    return make_trainer(tiny_model_path, str(tmp_path_factory.mktemp("gen") / "out"))
 
 
 def two_groups(trainer):
@@ -216,6 +226,30 @@ def test_trainer_greedy_generation_is_trls(trainer, monkeypatch):
     assert calls == [1]  # the fast path ran (once), TRL's did not call it
     assert fast == trl
     assert all(1 <= len(c) <= 16 for c in fast)
+
+
+def test_lora_trainer_greedy_generation_with_folded_adapters_is_trls(tiny_model_path, tmp_path, monkeypatch):
+    """A float32 LoRA policy generates with its adapters folded in (merged_lora): same greedy tokens as TRL's
+    branch, which runs the adapters unmerged, and the base weights untouched after."""
+    from peft import LoraConfig
+
+    import gtpo.sampling
+
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = make_trainer(tiny_model_path, str(tmp_path / "out"), lora)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    folded = []
+    original = gtpo.sampling.merged_lora
+    monkeypatch.setattr("gtpo.trainer.generation.merged_lora", lambda m: folded.append(1) or original(m))
+    monkeypatch.setitem(trainer.generation_kwargs, "do_sample", False)
+    monkeypatch.setattr(trainer.generation_config, "do_sample", False)
+    fast, trl = generate_both(trainer, two_groups(trainer))
+    assert folded == [1] and fast == trl
+    assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
 def test_trainer_sampling_repeats_with_the_seed_and_draws_fresh_otherwise(trainer):
@@ -270,3 +304,49 @@ def test_what_the_fast_path_cannot_do_goes_to_trls_branch_with_one_log_line(trai
         if "fast_generation" in vars(trainer.args):
             del trainer.args.fast_generation
         trainer.__dict__.pop("_gtpo_generation_fallbacks", None)
+
+
+def lora_model(tiny_model_path, dtype=torch.float32, dropout=0.0):
+    from peft import LoraConfig, get_peft_model
+
+    from gtpo.models import load_model
+
+    model = load_model(tiny_model_path, dtype=dtype)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=["q_proj", "v_proj", "down_proj"])
+    model = get_peft_model(model, config).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # B = 0 at initialisation would make merging a no-op
+    return model
+
+
+def test_merged_lora_gives_the_same_logits_and_puts_the_base_weights_back_bit_for_bit(tiny_model_path):
+    from gtpo.sampling import merged_lora
+
+    model = lora_model(tiny_model_path)
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    bases = {n: (p, p.data.clone()) for n, p in model.named_parameters() if "base_layer" in n}
+    with torch.no_grad():
+        plain = model(ids).logits
+        with merged_lora(model) as merged:
+            assert merged
+            folded = model(ids).logits
+            assert any(not torch.equal(p.data, before) for p, before in bases.values())  # the weights were folded
+        after = model(ids).logits
+    torch.testing.assert_close(folded, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(after, plain)
+    assert all(torch.equal(p.data, before) for p, before in bases.values())
+
+
+@pytest.mark.parametrize("dtype, dropout", [(torch.bfloat16, 0.0), (torch.float32, 0.1)])
+def test_merged_lora_leaves_bf16_and_dropout_models_as_they_are(tiny_model_path, dtype, dropout):
+    """bf16 would round most of BA away in W + BA; dropout would be skipped by a merged layer."""
+    from gtpo.sampling import lora_layers, merged_lora
+
+    model = lora_model(tiny_model_path, dtype, dropout)
+    assert lora_layers(model)[1] is not None
+    with merged_lora(model) as merged:
+        assert not merged
+        assert not any(layer.merged for layer in lora_layers(model)[0])

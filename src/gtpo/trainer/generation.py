@@ -10,6 +10,9 @@ with the same generation config and logits processors `generate` would build fro
 returns: each completion up to and including its first EOS (TRL's ``eos_token_ids``), or
 ``max_completion_length`` tokens, and no log-probabilities.
 
+A float32 LoRA policy generates with its adapters folded into the base weights (`gtpo.sampling.merged_lora`:
+the base tensors are put back untouched after), which changes the logits only by float rounding.
+
 Sampling is `generate`'s: the softmax of the processed logits drawn by ``torch.multinomial`` on the global
 generator (so ``seed`` repeats a run), the argmax when ``do_sample`` is off. The draws differ from `generate`'s
 once a row has ended (fewer rows draw), the distribution does not.
@@ -26,7 +29,7 @@ import logging
 
 import torch
 
-from gtpo.sampling import ROW_WISE_PROCESSORS, decode, left_pad, multinomial_choice, supports_fast_decode
+from gtpo.sampling import ROW_WISE_PROCESSORS, decode, left_pad, merged_lora, multinomial_choice, supports_fast_decode
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +139,15 @@ def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]]
         config, processors, why = processors_for(model, trainer.generation_config, padded.to(device), mask.to(device))
         if why is not None:
             return None, why
-        completions = decode(
-            model,
-            prompt_ids,
-            multinomial_choice(bool(config.do_sample)),
-            int(config.max_new_tokens),
-            trainer.eos_token_ids,
-            pad,
-            processors=processors,
-            pad_to_multiple_of=trainer.pad_to_multiple_of,
-        )
+        with merged_lora(model):
+            completions = decode(
+                model,
+                prompt_ids,
+                multinomial_choice(bool(config.do_sample)),
+                int(config.max_new_tokens),
+                trainer.eos_token_ids,
+                pad,
+                processors=processors,
+                pad_to_multiple_of=trainer.pad_to_multiple_of,
+            )
     return completions, None
