@@ -168,23 +168,31 @@ def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
     import torch
     from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    warpers = [TemperatureLogitsWarper(float(sampling.temperature))]
+    # Dividing by a temperature of 1 changes no bit: that warper is left out.
+    warpers = [] if sampling.temperature == 1.0 else [TemperatureLogitsWarper(float(sampling.temperature))]
     if sampling.top_k > 0:
         warpers.append(TopKLogitsWarper(sampling.top_k))
     if sampling.top_p < 1.0:
         warpers.append(TopPLogitsWarper(sampling.top_p))
     generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+    tiny = torch.finfo(torch.float32).tiny
 
     class PerRowSampler(LogitsProcessor):
-        def __call__(self, input_ids, scores):
+        def choose(self, scores):
+            """The token of each row: (A, V) scores -> (A,) long. In place where it can: the same numbers."""
             for warper in warpers:
-                scores = warper(input_ids, scores)
+                scores = warper(None, scores)
             log_probs = torch.log_softmax(scores.float(), dim=-1)
             rows = ACTIVE_ROWS.get()
             drawing = generators if rows is None else [generators[r] for r in rows]
-            uniform = torch.stack([torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in drawing])
-            gumbel = -torch.log(-torch.log(uniform.clamp_(min=torch.finfo(torch.float32).tiny)))
-            choice = torch.argmax(log_probs + gumbel, dim=-1, keepdim=True)
+            gumbel = torch.empty_like(log_probs)
+            for row, generator in zip(gumbel, drawing, strict=True):
+                row.uniform_(generator=generator)  # what torch.rand(V, generator=generator) draws
+            gumbel.clamp_(min=tiny).log_().neg_().log_().neg_()  # -log(-log U)
+            return torch.argmax(log_probs.add_(gumbel), dim=-1)
+
+        def __call__(self, input_ids, scores):
+            choice = self.choose(scores)[:, None]
             return torch.full_like(scores, float("-inf")).scatter_(-1, choice, 0.0)
 
     return PerRowSampler()
@@ -269,10 +277,12 @@ class TransformersBackend(SeededBackend):
         else:
             sampler = per_row_sampler(seeds, sampling, self.device)  # looked up here: tests wrap it
 
+            pick = getattr(sampler, "choose", None)  # its tokens directly; a wrapped sampler: the argmax of its scores
+
             def choose(scores, rows):
                 token = ACTIVE_ROWS.set(rows.tolist())
                 try:
-                    return torch.argmax(sampler(None, scores), dim=-1)  # the sampler leaves one finite score
+                    return pick(scores) if pick else torch.argmax(sampler(None, scores), dim=-1)
                 finally:
                     ACTIVE_ROWS.reset(token)
 
