@@ -1,8 +1,8 @@
 """Generation of the default recipe (SmolLM2-135M, LoRA r=16, one prompt x G=8 x 96 tokens): today's path
 against the candidates of issue 30, arms alternating, on the same seeds.
 
-    python benchmarks/bench_generation.py              # float32 and bfloat16, 5 rounds (~8 min on 2 cores)
-    python benchmarks/bench_generation.py --quick      # 2 rounds (~3 min)
+    python benchmarks/bench_generation.py              # float32 and bfloat16, 5 rounds (~15 min on 2 cores)
+    python benchmarks/bench_generation.py --quick      # 2 rounds, arms generate, fast, fast+merged (~4 min)
     python benchmarks/bench_generation.py --dtype bfloat16 --arms generate,fast
 
 Arms (each samples G completions of the recipe's first prompt, TRL's sampling settings: temperature 1):
@@ -16,9 +16,10 @@ Arms (each samples G completions of the recipe's first prompt, TRL's sampling se
 - ``fast+merged``: ``fast`` with the LoRA weights folded into the base for generation
   (:func:`gtpo.sampling.merged_lora`, float32 only: in bf16 it leaves the model as it is), what training runs.
 
-Each round runs every arm once, in a rotated order, each after ``torch.manual_seed(round)``. Printed per arm: the
-median wall time of a call, the tokens it kept, and its time / ``generate``'s. Then greedy decoding of both paths
-on the same prompt, and how many tokens differ (near-ties of float rounding in another batch shape).
+Each round runs every (dtype, arm) once, in a rotated order, each after ``torch.manual_seed(round)``, so that load
+on a shared machine hits all alike. Printed per dtype and arm: the median wall time of a call, the tokens it kept,
+and its time / that dtype's ``generate``. Then greedy decoding of 8 recipe prompts by both paths, and how many
+tokens differ (near-ties that float rounding in another batch shape tips the other way).
 """
 
 from __future__ import annotations
@@ -137,42 +138,82 @@ def call(arm, model, tokenizer, prompt, group, tokens):
     return run_decode(model, tokenizer, prompt, group, tokens, drop=arm != "prefill", merged=arm == "fast+merged")
 
 
-def bench_dtype(args, dtype: str) -> None:
-    model, tokenizer = load(args.model, dtype)
-    prompt = recipe_prompt(tokenizer)
+def greedy_difference(model, tokenizer, prompts: list[list[int]], tokens: int) -> tuple[int, int, int]:
+    """Greedy completions of ``prompts`` (one row each) by `generate` and by the fast path. Returns (rows that
+    differ, tokens from the first difference on, tokens in all): near-ties that another batch shape rounds the
+    other way."""
+    from gtpo.sampling import decode, left_pad, multinomial_choice
+
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=trl_generation_config(tokenizer, tokens, False)
+        )
+    ref = []
+    for row in out[:, ids.shape[1] :].tolist():
+        stop = next((i for i, t in enumerate(row) if t == tokenizer.eos_token_id), None)
+        ref.append(row if stop is None else row[: stop + 1])
+    new = decode(model, prompts, multinomial_choice(False), tokens, [tokenizer.eos_token_id], tokenizer.pad_token_id)
+    rows = tail = 0
+    for a, b in zip(ref, new, strict=True):
+        same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        rows += a != b
+        tail += max(len(a), len(b)) - same
+    return rows, tail, sum(len(a) for a in ref)
+
+
+def bench(args) -> None:
+    """Every (dtype, arm) once a round, dtypes and arms interleaved (rotated each round)."""
+    dtypes = [d for d in args.dtype.split(",") if d]
     arms = [a for a in args.arms.split(",") if a]
-    times = {a: [] for a in arms}
-    kept = {a: [] for a in arms}
-    call("fast", model, tokenizer, prompt, args.group, 4)  # warm-up: first-call allocations
+    models = {d: load(args.model, d) for d in dtypes}
+    prompt = recipe_prompt(models[dtypes[0]][1])
+    slots = [(d, a) for a in arms for d in dtypes]
+    times = {slot: [] for slot in slots}
+    kept = {slot: [] for slot in slots}
+    for d in dtypes:
+        call("fast", *models[d], prompt, args.group, 4)  # warm-up: first-call allocations
     for r in range(args.rounds):
-        order = arms[r % len(arms) :] + arms[: r % len(arms)]
-        for arm in order:
+        for d, arm in slots[r % len(slots) :] + slots[: r % len(slots)]:
+            if (d, arm) not in times:
+                continue
             torch.manual_seed(r)
             start = time.perf_counter()
             try:
-                completions = call(arm, model, tokenizer, prompt, args.group, args.tokens)
-            except Exception as err:  # an arm this machine cannot run (e.g. continuous batching) is reported
-                print(f"  {arm}: failed: {type(err).__name__}: {str(err)[:200]}")
-                arms.remove(arm)
+                completions = call(arm, *models[d], prompt, args.group, args.tokens)
+            except Exception as err:  # an arm this machine cannot run is reported, then left out
+                print(f"  {d} {arm}: failed: {type(err).__name__}: {str(err)[:200]}")
+                del times[(d, arm)]
                 continue
-            times[arm].append(time.perf_counter() - start)
-            kept[arm].append(sum(len(c) for c in completions))
-    base = statistics.median(times["generate"]) if times.get("generate") else None
-    print(f"dtype {dtype}, prompt {len(prompt)} tokens, G={args.group}, max {args.tokens} tokens, {args.rounds} rounds")
-    for arm in arms:
-        t = statistics.median(times[arm])
-        ratio = f"{t / base:.2f}x generate" if base else ""
-        print(
-            f"  {arm:12s} median {t:6.2f} s  (all: {', '.join(f'{x:.2f}' for x in times[arm])})  "
-            f"tokens kept {statistics.mean(kept[arm]):5.0f}  {ratio}"
-        )
+            times[(d, arm)].append(time.perf_counter() - start)
+            kept[(d, arm)].append(sum(len(c) for c in completions))
+    print(f"prompt {len(prompt)} tokens, G={args.group}, at most {args.tokens} tokens, {args.rounds} rounds")
+    for d in dtypes:
+        base = statistics.median(times[(d, "generate")]) if times.get((d, "generate")) else None
+        for arm in arms:
+            if (d, arm) not in times:
+                continue
+            t = statistics.median(times[(d, arm)])
+            ratio = f"{t / base:.2f}x generate" if base else ""
+            print(
+                f"  {d:8s} {arm:12s} median {t:6.2f} s  (all: {', '.join(f'{x:.2f}' for x in times[(d, arm)])})  "
+                f"tokens kept {statistics.mean(kept[(d, arm)]):5.0f}  {ratio}"
+            )
     if args.greedy_check:
-        ref = run_generate(model, tokenizer, prompt, args.group, args.tokens, do_sample=False)
-        new = run_decode(model, tokenizer, prompt, args.group, args.tokens, do_sample=False)
-        differ = sum(a != b for x, y in zip(ref, new, strict=True) for a, b in zip(x, y, strict=False))
-        differ += sum(abs(len(x) - len(y)) for x, y in zip(ref, new, strict=True))
-        total = sum(len(x) for x in ref)
-        print(f"  greedy: {differ} of {total} tokens differ between generate and fast (one prompt x {args.group})")
+        from gtpo.tasks import load_task
+
+        rows = load_task("synthetic", "train", few_shot=1).select(range(8))
+        for d in dtypes:
+            model, tokenizer = models[d]
+            prompts = [
+                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
+                for r in rows
+            ]
+            differ, tail, total = greedy_difference(model, tokenizer, prompts, args.tokens)
+            print(
+                f"  {d:8s} greedy, 8 prompts: {differ} of 8 completions differ between generate and fast, "
+                f"{tail} of {total} tokens from the first difference on"
+            )
 
 
 def main() -> None:
@@ -189,11 +230,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds = 2
+        args.arms = "generate,fast,fast+merged"
     if args.threads:
         torch.set_num_threads(args.threads)
     print(cpu_line())
-    for dtype in args.dtype.split(","):
-        bench_dtype(args, dtype)
+    bench(args)
 
 
 if __name__ == "__main__":
