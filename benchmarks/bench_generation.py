@@ -162,6 +162,20 @@ def greedy_difference(model, tokenizer, prompts: list[list[int]], tokens: int) -
     return rows, tail, sum(len(a) for a in ref)
 
 
+def decode_step_ms(model, prompt: list[int], rows: int = 8, steps: int = 30) -> float:
+    """Milliseconds of one decoding step of ``rows`` rows after ``prompt`` (cache filled), greedy, averaged."""
+    from transformers import DynamicCache
+
+    ids = torch.tensor([prompt] * rows)
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        token = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
+        start = time.perf_counter()
+        for _ in range(steps):
+            token = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        return (time.perf_counter() - start) / steps * 1000
+
+
 def bench(args) -> None:
     """Every (dtype, arm) once a round, dtypes and arms interleaved (rotated each round)."""
     dtypes = [d for d in args.dtype.split(",") if d]
@@ -187,6 +201,12 @@ def bench(args) -> None:
                 continue
             times[(d, arm)].append(time.perf_counter() - start)
             kept[(d, arm)].append(sum(len(c) for c in completions))
+    step_ms = {d: [] for d in dtypes}
+    for r in range(3):  # the decode step alone, dtypes interleaved; the first round warms up
+        for d in dtypes if r % 2 == 0 else dtypes[::-1]:
+            step_ms[d].append(decode_step_ms(models[d][0], prompt, args.group))
+    for d in dtypes:
+        print(f"  {d:8s} one decoding step of {args.group} rows (LoRA unmerged): {min(step_ms[d][1:]):.1f} ms")
     print(f"prompt {len(prompt)} tokens, G={args.group}, at most {args.tokens} tokens, {args.rounds} rounds")
     for d in dtypes:
         base = statistics.median(times[(d, "generate")]) if times.get((d, "generate")) else None
