@@ -17,7 +17,9 @@ Arms (each samples G completions of the recipe's first prompt, TRL's sampling se
   (:func:`gtpo.sampling.merged_lora`, float32 only: in bf16 it leaves the model as it is), what training runs.
 
 Each round runs every (dtype, arm) once, in a rotated order, each after ``torch.manual_seed(round)``, so that load
-on a shared machine hits all alike. Printed per dtype and arm: the median wall time of a call, the tokens it kept,
+on a shared machine hits all alike, after ``--warmup`` untimed rounds. On a machine shared with other jobs, use
+``--threads 1``: two torch threads on two busy cores measured anywhere from 1x to 30x slower, at random.
+Printed per dtype and arm: the median wall time of a call, the tokens it kept,
 and its time / that dtype's ``generate``. Then greedy decoding of 8 recipe prompts by both paths, and how many
 tokens differ (near-ties that float rounding in another batch shape tips the other way).
 """
@@ -185,9 +187,7 @@ def bench(args) -> None:
     slots = [(d, a) for a in arms for d in dtypes]
     times = {slot: [] for slot in slots}
     kept = {slot: [] for slot in slots}
-    for d in dtypes:
-        call("fast", *models[d], prompt, args.group, 4)  # warm-up: first-call allocations
-    for r in range(args.rounds):
+    for r in range(-args.warmup, args.rounds):  # rounds < 0 warm up (first-call allocations, kernels), untimed
         for d, arm in slots[r % len(slots) :] + slots[: r % len(slots)]:
             if (d, arm) not in times:
                 continue
@@ -199,8 +199,9 @@ def bench(args) -> None:
                 print(f"  {d} {arm}: failed: {type(err).__name__}: {str(err)[:200]}")
                 del times[(d, arm)]
                 continue
-            times[(d, arm)].append(time.perf_counter() - start)
-            kept[(d, arm)].append(sum(len(c) for c in completions))
+            if r >= 0:
+                times[(d, arm)].append(time.perf_counter() - start)
+                kept[(d, arm)].append(sum(len(c) for c in completions))
     step_ms = {d: [] for d in dtypes}
     for r in range(3):  # the decode step alone, dtypes interleaved; the first round warms up
         for d in dtypes if r % 2 == 0 else dtypes[::-1]:
@@ -242,6 +243,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32,bfloat16", help="comma-separated")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {ARMS}")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--quick", action="store_true", help="2 rounds")
