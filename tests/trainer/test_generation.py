@@ -350,3 +350,19 @@ def test_merged_lora_leaves_bf16_and_dropout_models_as_they_are(tiny_model_path,
     with merged_lora(model) as merged:
         assert not merged
         assert not any(layer.merged for layer in lora_layers(model)[0])
+
+
+def test_a_decoding_mode_from_the_models_own_generation_config_goes_to_trls_branch(trainer, monkeypatch, caplog):
+    """`generate` merges the model's generation defaults into TRL's config: a checkpoint that ships num_beams=2 would
+    beam-search there, so the fast path must not sample instead."""
+    from trl import GRPOTrainer
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    monkeypatch.setattr(model.generation_config, "num_beams", 2)
+    called = []
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", lambda self, *a: called.append(a) or ([[1]], None))
+    with caplog.at_level(logging.INFO, logger="gtpo.trainer.generation"):
+        assert trainer._generate_single_turn(two_groups(trainer), None, {}, 4) == ([[1]], None)
+    trainer.__dict__.pop("_gtpo_generation_fallbacks", None)
+    assert len(called) == 1
+    assert any("beam" in r.getMessage() for r in caplog.records)

@@ -117,7 +117,8 @@ def generate_single_turn(
 
 def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]] | None, str | None]:
     """TRL's transformers branch through `gtpo.sampling.decode`, in the contexts TRL opens. Returns (completion
-    ids, None), or (None, why) when a processor `generate` would build is not row-wise (before any compute)."""
+    ids, None), or (None, why) when the config `generate` would prepare (the model's own generation defaults
+    merged in) or one of its processors cannot be used (checked before any compute)."""
     from trl.extras.profiling import profiling_context
     from trl.models import unwrap_model_for_generation
 
@@ -137,6 +138,7 @@ def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]]
         device = next(model.parameters()).device
         padded, mask = left_pad(prompt_ids, pad, trainer.pad_to_multiple_of)
         config, processors, why = processors_for(model, trainer.generation_config, padded.to(device), mask.to(device))
+        why = why or config_blocker(config, trainer.eos_token_ids)  # the model's own defaults merged in
         if why is not None:
             return None, why
         with merged_lora(model):
