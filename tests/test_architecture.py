@@ -22,6 +22,7 @@ FLOORS = {
     "lazy": 0,
     "errors": 1,
     "models": 1,
+    "sampling": 1,
     "core": 1,
     "grading": 1,
     "tasks": 2,

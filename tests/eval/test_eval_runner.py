@@ -48,7 +48,7 @@ def make_config(tmp_path, source, **changes) -> EvalConfig:
         limit=LIMIT,
         sampling=SamplingSettings(max_new_tokens=6),
         seed=0,
-        batch_size=5,
+        batch_size=4,  # one problem (N samples) a batch
         progress=False,
     )
     settings.update(changes)
@@ -502,7 +502,7 @@ def test_grading_of_a_batch_overlaps_the_generation_of_the_next(tmp_path, gsm8k_
 
     def grade(text, gold, extract_answer, is_equivalent):
         with lock:
-            first_batch = count[0] < 5  # batch_size 5; batches are submitted in order
+            first_batch = count[0] < 4  # batch_size 4; batches are submitted in order
             count[0] += 1
         if first_batch:
             seen.append((second_batch_started.wait(timeout=10), threading.current_thread().name))
@@ -510,7 +510,7 @@ def test_grading_of_a_batch_overlaps_the_generation_of_the_next(tmp_path, gsm8k_
 
     monkeypatch.setattr(runner, "grade", grade)
     evaluate(make_config(tmp_path, gsm8k_source), backend=backend)
-    assert len(seen) == 5 and all(overlapped for overlapped, _ in seen)
+    assert len(seen) == 4 and all(overlapped for overlapped, _ in seen)
     assert all(name.startswith("gtpo-grade") for _, name in seen)
     records = read_records(tmp_path / "run" / SAMPLES_FILE)
     units = [(p.id, s) for p in problems for s in range(N)]

@@ -21,7 +21,7 @@ import pytest
 from gtpo.cli import main as gtpo_main
 from gtpo.eval.runner import RESULTS_FILE, RUN_FILE, SAMPLES_FILE, read_records
 
-N, LIMIT, BATCH, TOKENS = 4, 3, 5, 6  # 12 samples in batches of 5, 5, 2
+N, LIMIT, BATCH, TOKENS = 4, 3, 4, 6  # 12 samples in batches of 4, 4, 4 (batches hold whole problems)
 
 # A fresh interpreter that imports everything once, then forks one child per fault line on stdin: the child
 # installs the fault and runs `gtpo eval` as a user would; the parent prints how it ended. Forking skips the

@@ -100,7 +100,11 @@ class EvalArguments:
         },
     )
     batch_size: int = field(
-        default=16, metadata={"help": "completions generated per call (prompts x samples) by the transformers backend"}
+        default=16,
+        metadata={
+            "help": "completions generated per call by the transformers backend, rounded down to whole problems "
+            "(a multiple of -n, at least one problem)"
+        },
     )
     dtype: str | None = field(
         default=None,

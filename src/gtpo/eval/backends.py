@@ -15,6 +15,7 @@ paper's evaluation means (Sec. 6).
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import json
 import logging
@@ -148,6 +149,12 @@ def make_backend(model: str, backend: str = "auto", dtype: str | None = None, se
     return BACKENDS[name](model, dtype, seed)
 
 
+# The rows of the batch that are still decoding, in the order of the scores a sampler is given (None: all rows).
+# `TransformersBackend`'s decode loop drops ended rows: it sets this before each call of the sampler, which then
+# draws from those rows' generators only (a context variable, so a wrapper around the sampler needs no change).
+ACTIVE_ROWS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("gtpo_active_rows", default=None)
+
+
 def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
     """A logits processor that samples each batch row from its own seeded ``torch.Generator``.
 
@@ -157,42 +164,58 @@ def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
     after the same temperature / top-k / top-p warpers ``generate`` would apply; the processor then
     leaves only that token at 0 (the rest -inf) and ``generate`` runs greedy (``do_sample=False``), so
     it picks it. A row therefore gets the same tokens in any batch, up to float rounding of the logits
-    in a different batch shape. Every row draws one uniform vector per step, finished or not.
+    in a different batch shape. Every row draws one uniform vector per step while it decodes (the rows of
+    :data:`ACTIVE_ROWS` when set; a row that has ended draws nothing, which changes no other row's draws).
     """
     import torch
     from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    warpers = [TemperatureLogitsWarper(float(sampling.temperature))]
+    # Dividing by a temperature of 1 changes no bit: that warper is left out.
+    warpers = [] if sampling.temperature == 1.0 else [TemperatureLogitsWarper(float(sampling.temperature))]
     if sampling.top_k > 0:
         warpers.append(TopKLogitsWarper(sampling.top_k))
     if sampling.top_p < 1.0:
         warpers.append(TopPLogitsWarper(sampling.top_p))
     generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+    tiny = torch.finfo(torch.float32).tiny
 
     class PerRowSampler(LogitsProcessor):
-        def __call__(self, input_ids, scores):
+        def choose(self, scores):
+            """The token of each row: (A, V) scores -> (A,) long. In place where it can: the same numbers."""
             for warper in warpers:
-                scores = warper(input_ids, scores)
+                scores = warper(None, scores)
             log_probs = torch.log_softmax(scores.float(), dim=-1)
-            uniform = torch.stack([torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in generators])
-            gumbel = -torch.log(-torch.log(uniform.clamp_(min=torch.finfo(torch.float32).tiny)))
-            choice = torch.argmax(log_probs + gumbel, dim=-1, keepdim=True)
+            rows = ACTIVE_ROWS.get()
+            drawing = generators if rows is None else [generators[r] for r in rows]
+            gumbel = torch.empty_like(log_probs)
+            for row, generator in zip(gumbel, drawing, strict=True):
+                row.uniform_(generator=generator)  # what torch.rand(V, generator=generator) draws
+            gumbel.clamp_(min=tiny).log_().neg_().log_().neg_()  # -log(-log U)
+            return torch.argmax(log_probs.add_(gumbel), dim=-1)
+
+        def __call__(self, input_ids, scores):
+            choice = self.choose(scores)[:, None]
             return torch.full_like(scores, float("-inf")).scatter_(-1, choice, 0.0)
 
     return PerRowSampler()
 
 
 class TransformersBackend(SeededBackend):
-    """Batched ``model.generate`` with left padding; runs on CPU or one GPU.
+    """Batched sampling with transformers; runs on CPU or one GPU.
+
+    By default through `gtpo.sampling.decode`: each distinct prompt of a batch (a problem's n samples) is
+    prefilled once, and a row stops costing compute the step it ends. ``fast=False``: ``model.generate`` on the
+    left-padded batch, every row until the longest one ends (the path before issue 30, kept for comparisons).
 
     Reproducibility: every row is sampled from its own generator seeded with its seed
-    (`per_row_sampler`), so a (problem, sample) gets the same completion in any batch, on the same
-    machine (float rounding of a different batch shape aside: zero on CPU for the tiny model, tested).
+    (`per_row_sampler`), so a (problem, sample) gets the same completion in any batch and on either path, on
+    the same machine (float rounding of a different batch shape aside: zero on CPU for the tiny model, tested).
+    ``stats`` adds up what the fast path computed (`gtpo.sampling.DecodeStats`).
     """
 
     name = "transformers"
 
-    def __init__(self, model: str, dtype: str | None = None, device: str | None = None):
+    def __init__(self, model: str, dtype: str | None = None, device: str | None = None, fast: bool = True):
         import torch
 
         from gtpo.models import load_model_and_tokenizer
@@ -209,6 +232,13 @@ class TransformersBackend(SeededBackend):
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
+        from gtpo.sampling import DecodeStats, supports_fast_decode
+
+        why = supports_fast_decode(self.model) if fast else "fast=False"
+        if why is not None:
+            logger.info("evaluation: model.generate (%s)", why)
+        self.fast = why is None
+        self.stats = DecodeStats()
 
     def _generation_config(self, sampling: SamplingSettings):
         from transformers import GenerationConfig
@@ -226,6 +256,8 @@ class TransformersBackend(SeededBackend):
         import torch
 
         texts = [render_prompt(self.tokenizer, m) for m in prompts]
+        if self.fast:
+            return self._decode(texts, seeds, sampling)
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         processors = [] if sampling.temperature == 0 else [per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
@@ -234,6 +266,39 @@ class TransformersBackend(SeededBackend):
             )
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()  # (B, <= max_new_tokens)
         return [self._completion(ids) for ids in new_tokens]
+
+    def _decode(self, texts: list[str], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
+        """One prefill per distinct prompt, ended rows dropped (`gtpo.sampling.decode`), the same draws per row."""
+        import torch
+
+        from gtpo.sampling import decode, multinomial_choice
+
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        if sampling.temperature == 0:
+            choose = multinomial_choice(False)
+        else:
+            sampler = per_row_sampler(seeds, sampling, self.device)  # looked up here: tests wrap it
+
+            pick = getattr(sampler, "choose", None)  # its tokens directly; a wrapped sampler: the argmax of its scores
+
+            def choose(scores, rows):
+                token = ACTIVE_ROWS.set(rows.tolist())
+                try:
+                    return pick(scores) if pick else torch.argmax(sampler(None, scores), dim=-1)
+                finally:
+                    ACTIVE_ROWS.reset(token)
+
+        with torch.inference_mode():
+            new_tokens = decode(
+                self.model,
+                ids,
+                choose,
+                sampling.max_new_tokens,
+                self.eos_ids,
+                self.tokenizer.pad_token_id,
+                stats=self.stats,
+            )
+        return [self._completion(row) for row in new_tokens]
 
     def _completion(self, ids: list[int]) -> Completion:
         stop = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)

@@ -291,11 +291,23 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     return results
 
 
+def whole_problems(config: EvalConfig) -> int:
+    """Rows per batch: ``batch_size`` rounded down to whole problems (a multiple of ``num_samples``, at least one
+    problem), so that a problem's prompt is prefilled once for its n samples and no problem spans two batches."""
+    n = config.num_samples
+    size = max(1, config.batch_size // n) * n
+    if size != config.batch_size:
+        logger.info("batches of %d rows (%d problems x %d samples) for --batch_size %d", size, size // n, n,
+                    config.batch_size)  # fmt: skip
+    return size
+
+
 def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_path: Path) -> None:
     """Generate every unit not in ``done`` ((problem_id, sample_index) -> recorded text), batch by batch.
 
-    Batches are fixed slices of the full unit list, and a batch with anything left to do is generated
-    whole (its recorded samples are kept, the regenerated copies only checked): with the per-sample seeds
+    Batches are fixed slices of the full unit list, whole problems each (:func:`whole_problems`), and a batch
+    with anything left to do is generated whole (its recorded samples are kept, the regenerated copies only
+    checked): with the per-sample seeds
     of the backends, a resumed batch then has the very shapes and seeds of the uninterrupted one, so its
     samples are bit-identical even where a backend's numerics depend on the batch shape.
 
@@ -309,7 +321,7 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
 
     extract_answer, is_equivalent = _graders()
     # A backend that batches by itself (vLLM) gets every unit in one call; resuming then redoes that one batch.
-    size = max(len(units), 1) if getattr(backend, "one_call", False) else config.batch_size
+    size = max(len(units), 1) if getattr(backend, "one_call", False) else whole_problems(config)
     batches = [units[i : i + size] for i in range(0, len(units), size)]
     already = sum((str(p.id), s) in done for p, s in units)
     mismatches = 0

@@ -35,8 +35,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from gtpo import core
+from gtpo.trainer import generation, loss_options, shared_prefix, untempered
 from gtpo.trainer import initial_entropy as entropy_init
-from gtpo.trainer import loss_options, shared_prefix, untempered
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
 
@@ -362,3 +362,8 @@ class GTPOTrainer(GRPOTrainer):
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
         loss_options.log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's, each prompt prefilled once and ended rows dropped where possible (gtpo.trainer.generation)."""
+        args = (prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        return generation.generate_single_turn(self, super()._generate_single_turn, *args)
