@@ -176,6 +176,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "initial_entropy",
         "initial_entropy_prompts",
         "use_prefix_sharing",
+        "fast_generation",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:

@@ -209,6 +209,17 @@ class GTPOConfig(GRPOConfig):
         },
     )
 
+    fast_generation: bool = field(
+        default=True,
+        metadata={
+            "help": "Generate on TRL's transformers path with each distinct prompt prefilled once and finished "
+            "completions dropped from the batch (gtpo.sampling.decode; a float32 LoRA policy generates with its "
+            "adapters folded in). It falls back to TRL's generate, with one log line, where it cannot apply (vLLM, "
+            "continuous batching, images, tools, beam search, stop strings, a static cache, ...). Applies to both "
+            "algorithms. False: TRL's generate."
+        },
+    )
+
     def __post_init__(self):
         # Resolved before TRL's __post_init__, which would set it to True whatever the device.
         if self.bf16 is None:
