@@ -138,7 +138,7 @@ def all_recipes() -> dict[str, tuple[str, dict]]:
             )
     for algorithm in ("gtpo", "grpo"):
         recipes[f"smollm2/synthetic/{algorithm}.yaml"] = (
-            f"Offline CPU demo: SmolLM2-135M-Instruct, synthetic arithmetic, {algorithm.upper()}, ~10 min on 2 cores"
+            f"Offline CPU demo: SmolLM2-135M-Instruct, synthetic arithmetic, {algorithm.upper()}, ~6.5 min on 2 cores"
             + (" (what `gtpo train` runs without arguments)" if algorithm == "gtpo" else ""),
             smollm2_recipe(algorithm),
         )

@@ -281,10 +281,8 @@ def _triton_backward(
     tile, g_lp, g_h, targets, log_z1, log_zt, entropy, vocab_start, n_cols, logit_scale, softcap, inv_t
 ):
     """The same gradient with TRL's Triton backward kernel, once per temperature (it overwrites its tile)."""
-    import triton
-
     n = tile.shape[0]
-    grid = (n, triton.cdiv(n_cols, trl_kernel._BLOCK_SIZE))
+    grid = (n, -(-n_cols // trl_kernel._BLOCK_SIZE))  # triton.cdiv, without importing triton here
     common = dict(BLOCK_SIZE=trl_kernel._BLOCK_SIZE, logit_scale=logit_scale, softcap=softcap or 1.0)
     common["HAS_SOFTCAP"] = softcap is not None
     copy = tile.clone() if g_lp is not None and g_h is not None else tile
