@@ -1,5 +1,10 @@
 """Training-step time and peak memory of GTPOTrainer against TRL's GRPOTrainer, side by side.
 
+Whole steps with sampling; the arms' completions diverge after the first step. For the step's scoring alone on
+the SAME completions (the default recipe's shape and the paper-vocabulary shape of issue 29, with a roofline
+line) see `benchmarks/bench_loss_step.py`; for generation, `benchmarks/bench_generation.py`; for the LM head with
+GTPO's temperature-1 entropy, `benchmarks/bench_head.py` (docs/performance.md has their figures).
+
     python benchmarks/bench_step.py --model tiny            # CPU, a few minutes
     python benchmarks/bench_step.py --model smollm2          # CPU, SmolLM2-135M with LoRA (~10 min on 2 cores)
     python benchmarks/bench_step.py --model qwen1.5b-shape --device cuda   # GPU: Qwen2.5-1.5B shape, G=8, 1024 tokens
