@@ -20,7 +20,7 @@ PACKAGE = SRC / "gtpo"
 FLOORS = {
     "version": 0,
     "lazy": 0,
-    "errors": 1,
+    "errors": 0,
     "models": 1,
     "sampling": 1,
     "core": 1,

