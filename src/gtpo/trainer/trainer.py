@@ -277,8 +277,9 @@ class GTPOTrainer(GRPOTrainer):
                 "use algorithm='grpo' for tool-calling runs"
             )
 
-        # The one forward pass TRL runs too. Entropies come from the same hidden states: at temperature 1
-        # (entropy_temperature="model", Sec. 4.2) through a second pass of the LM head only, else TRL's.
+        # The one forward pass TRL runs too (each prompt encoded once: gtpo.trainer.shared_prefix). Entropies come
+        # from the same LM-head tiles: at temperature 1 (entropy_temperature="model", Sec. 4.2) through the
+        # single-pass head (gtpo.trainer.lm_head), else TRL's.
         differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
         scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
         with untempered.untempered_entropy(args.untempered_entropy, differentiable, scored) as capture:

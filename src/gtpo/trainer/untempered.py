@@ -89,8 +89,8 @@ def untempered_entropy(enabled: bool = True, differentiable: bool = False, score
 
     Yields a `Capture` whose `sampling` list receives the tempered entropy of each kernel call. With
     ``enabled=False`` nothing is patched (TRL's entropies, those of the sampling distribution).
-    ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the extra
-    pass skips the others where TRL's kernel runs over every position.
+    ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the head
+    skips the others where TRL's kernel runs over every position.
     """
     capture = Capture()
     if not enabled:
