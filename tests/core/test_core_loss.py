@@ -702,3 +702,16 @@ def test_loss_on_cuda_in_bfloat16_equals_cpu():
     torch.testing.assert_close(logps_c.grad.cpu(), logps.grad)
     logits = torch.randn(4, 9, 1000, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(token_entropy(logits).cpu(), token_entropy(logits.cpu()), rtol=1e-4, atol=1e-4)
+
+
+def test_the_keyword_form_of_gtpo_loss_is_exactly_the_dataclasses_fields():
+    """gtpo_loss(per_token_logps, completion_mask, advantages, **keywords) builds a LossInputs and a LossSettings
+    from its arguments by name (issue 32): every argument but ``terms`` is a field of exactly one of them."""
+    import inspect
+    from dataclasses import fields
+
+    from gtpo.core import LossInputs, LossSettings, gtpo_loss
+
+    inputs, settings = {f.name for f in fields(LossInputs)}, {f.name for f in fields(LossSettings)}
+    assert inputs.isdisjoint(settings)
+    assert set(inspect.signature(gtpo_loss).parameters) - {"terms"} == inputs | settings

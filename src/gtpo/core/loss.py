@@ -195,53 +195,17 @@ def gtpo_loss(
     through `policy_loss`), or the keyword form below, whose keywords are those dataclasses' fields.
 
     Args:
-        per_token_logps: (N, T) log-probabilities of the sampled tokens under the current policy.
-        completion_mask: (N, T) bool or 0/1, True at valid tokens.
-        advantages: (N,) A_i of Eq. (8).
-        forward_span, backward_span: (N, T) bool spans from `conflict_spans`, or None (λ = 1).
-        old_per_token_logps: (N, T) log-probabilities at sampling time, or None (on-policy, r = 1).
-        token_entropy: (N, T) entropies in nats, for δ and γ; None when neither is on.
-        positive_weight, combine: λ's settings (`conflict_weights`).
-        entropy_filter, entropy_threshold, initial_entropy: δ's settings (`entropy_keep_mask`).
-        gamma, entropy_term: the entropy penalty's weight γ and how it enters (`ENTROPY_TERMS`).
-        aggregation: one of `AGGREGATIONS`.
-        epsilon_low, epsilon_high: the clip range of r.
-        importance_weights: (N, T) or (N, 1) TRL's vLLM importance-sampling weights, or None.
-        group_size: G when rows are whole groups, for `advantage_signs` (1: each row alone, as in TRL's
-            shuffled micro-batches).
-        max_completion_length: ``dr_grpo`` only.
-        token_normalizer: ``dapo`` only (TRL's num_items_in_batch / num_processes).
-        delta: cap of the unclipped term's ratio (TRL's two-sided clipping, > 1 + ε_high), or None.
-        importance_sampling_level: "token" (Eq. 7) or "sequence" (GSPO's s_i as the ratio's value, GSPO-token's
-            per-token gradient, so λ keeps weighting each token).
-        token_mask: (N, T) or (N, 1) 0/1 multiplier of ℓ (TRL's top-entropy or off-policy masks), or None.
-        ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
-        beta: weight of TRL's per-token KL term (k3) to the reference model; 0 in the paper.
-        kl_bias_correction: multiply the KL term by the ratio r (TRL's use_bias_correction_kl).
-        surrogate: "clip" (Eq. 7), "cispo", "sapo" or "vespo" (TRL's loss types of those names; with the
-            aggregations of the same names, which normalize as TRL's do).
-        sapo_temperatures: (τ_pos, τ_neg) for ``surrogate="sapo"`` (TRL's sapo_temperature_pos/neg).
-        sequence_weights: (N,) or (N, 1) φ_i for ``surrogate="vespo"`` (TRL's ``get_gamma_weights``), detached.
+        per_token_logps, completion_mask, advantages, and the keywords: the fields of `LossInputs` (the tensors, with
+            their shapes) and of `LossSettings` (the settings), documented there; ``aggregation`` and ``surrogate``
+            name entries of `gtpo.core.registry`.
         terms: ⟨H⟩_i, δ_i and A'_i from `advantage_terms` on the same inputs and settings, if already computed.
 
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
     """
+    options = dict(locals())  # the keyword form's arguments, each a field of LossInputs or LossSettings
     if isinstance(per_token_logps, LossInputs):  # gtpo_loss(inputs, settings)
         return policy_loss(per_token_logps, completion_mask, terms=terms)
-    options = dict(
-        forward_span=forward_span, backward_span=backward_span, old_per_token_logps=old_per_token_logps,
-        token_entropy=token_entropy, positive_weight=positive_weight, combine=combine, entropy_filter=entropy_filter,
-        entropy_threshold=entropy_threshold, initial_entropy=initial_entropy, gamma=gamma, entropy_term=entropy_term,
-        aggregation=aggregation, epsilon_low=epsilon_low, epsilon_high=epsilon_high,
-        importance_weights=importance_weights, group_size=group_size, max_completion_length=max_completion_length,
-        token_normalizer=token_normalizer, delta=delta, importance_sampling_level=importance_sampling_level,
-        token_mask=token_mask, ref_per_token_logps=ref_per_token_logps, beta=beta,
-        kl_bias_correction=kl_bias_correction, surrogate=surrogate, sapo_temperatures=sapo_temperatures,
-        sequence_weights=sequence_weights,
-    )  # fmt: skip
-    inputs = LossInputs(
-        per_token_logps, completion_mask, advantages, **{k: v for k, v in options.items() if k in _INPUT_FIELDS}
-    )
+    inputs = LossInputs(**{k: v for k, v in options.items() if k in _INPUT_FIELDS})
     settings = LossSettings(**{k: v for k, v in options.items() if k in _SETTING_FIELDS})
     return policy_loss(inputs, settings, terms=terms)
