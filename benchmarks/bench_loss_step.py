@@ -2,11 +2,14 @@
 
     python benchmarks/bench_loss_step.py --shape default   # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
     python benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7   # vocabulary 151,936, 2 layers
+    python benchmarks/bench_loss_step.py --arms gtpo gtpo-bf16 trl   # float32 against bfloat16 (`dtype: auto`)
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
 - `trl`: stock `trl.GRPOTrainer` (loss_type="grpo", beta=0): TRL's padded layout;
 - `gtpo`: `GTPOTrainer` as shipped (prefix sharing on, the single-pass head at T != 1);
-- `gtpo-padded`: `GTPOTrainer` with `use_prefix_sharing=False`, to split the gain between layout and loss.
+- `gtpo-padded`: `GTPOTrainer` with `use_prefix_sharing=False`, to split the gain between layout and loss;
+- `gtpo-bf16` (not run by default): `gtpo` with the base model's weights in bfloat16, as `dtype: bfloat16` (or
+  `auto` on a CPU with bf16 units) trains it; the LoRA adapters stay float32, as peft keeps them.
 Each repetition times, arm after arm, `compute_loss` (the forward; GTPO's own work, spans and `core.gtpo_loss`,
 is timed inside it and printed apart) and `loss.backward()` on one micro-batch of the generation batch. No
 optimizer step is taken, so the weights, and so every arm's inputs, stay the same. Medians over repetitions.
@@ -119,7 +122,7 @@ def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, 
     if arm == "trl":
         args, cls = GRPOConfig(**common, loss_type="grpo", beta=0.0), GRPOTrainer
     else:
-        args = GTPOConfig(**common, initial_entropy=1.0, use_prefix_sharing=arm == "gtpo")
+        args = GTPOConfig(**common, initial_entropy=1.0, use_prefix_sharing=arm != "gtpo-padded")
         cls = GTPOTrainer
     peft_config = None
     if lora:
@@ -133,8 +136,13 @@ def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, 
     def reward(completions, **kwargs):  # spread, so advantages and GTPO's spans are not all zero
         return [float(len(c[0]["content"] if isinstance(c, list) else c) % 4) for c in completions]
 
+    model = copy.deepcopy(base)
+    if arm.endswith("-bf16"):
+        import torch
+
+        model = model.to(torch.bfloat16)
     trainer = type(f"Replay{cls.__name__}", (Replay, cls), {})(
-        model=copy.deepcopy(base), reward_funcs=reward, args=args, processing_class=tokenizer,
+        model=model, reward_funcs=reward, args=args, processing_class=tokenizer,
         train_dataset=Dataset.from_dict({"prompt": [prompt] * 4}), peft_config=peft_config,
     )  # fmt: skip
     trainer.model.train()
@@ -171,7 +179,9 @@ def main(argv=None) -> None:
     parser.add_argument("--shape", choices=SHAPES, default="default")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--arms", nargs="+", default=["trl", "gtpo", "gtpo-padded"])
+    parser.add_argument(
+        "--arms", nargs="+", default=["trl", "gtpo", "gtpo-padded"], choices=["trl", "gtpo", "gtpo-padded", "gtpo-bf16"]
+    )
     options = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
@@ -211,7 +221,11 @@ def main(argv=None) -> None:
     rate = _matmul_rate(device, torch.float32 if device == "cpu" else torch.bfloat16)
     bf16 = cpu_computes_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
     name = torch.cuda.get_device_name() if device == "cuda" else cpu_name()
-    dtype = str(next(trainers[options.arms[0]][0].model.parameters()).dtype).removeprefix("torch.")
+
+    def weight_dtype(trainer) -> str:
+        return str(trainer.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
+
+    dtype = weight_dtype(trainers[options.arms[0]][0])
     print(
         f"device: {name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: {dtype}; "
         f"shape {options.shape}: "
@@ -220,10 +234,12 @@ def main(argv=None) -> None:
     )
     medians = {arm: {k: statistics.median(v) for k, v in t.items()} for arm, t in times.items()}
     for arm, m in medians.items():
-        ratio = (m["forward"] + m["backward"]) / (medians["trl"]["forward"] + medians["trl"]["backward"])
+        first = medians[options.arms[0]]
+        ratio = (m["forward"] + m["backward"]) / (first["forward"] + first["backward"])
         print(
             f"{arm:12s} forward {m['forward']:.3f} s (GTPO's own {1e3 * m['own']:.1f} ms), backward "
-            f"{m['backward']:.3f} s, forward+backward {m['forward'] + m['backward']:.3f} s = {ratio:.3f} x trl"
+            f"{m['backward']:.3f} s, forward+backward {m['forward'] + m['backward']:.3f} s = {ratio:.3f} x "
+            f"{options.arms[0]} (weights {weight_dtype(trainers[arm][0])})"
         )
     config = base.config
     needed = _flops(config, prompt_tokens, lengths, None)

@@ -12,7 +12,8 @@ from the noncentral t distribution, integrated numerically over the chi-square o
 Study C (per run ``runs/<arm>/seed<S>/metrics.jsonl``): a run *ran away* when ``completions/clipped_ratio`` >= 0.5 at
 6 or more of its last 10 logged steps (31-40 of 40; the last record of a step counts, as a resumed run may log a
 step twice). Only finished runs (``run.json`` status ``finished``, 40 steps) count. Test: Fisher's exact test of
-the 2x2 table (arm x ran away), two-sided, alpha = 0.05.
+the 2x2 table (arm x ran away), one-sided (alternative: GTPO's runaway rate is lower), alpha = 0.05, as the
+pre-registration's "Test and alpha" section registers it; the two-sided p is printed beside it, secondary.
 
 Study D (per run ``runs/<arm>/seed<S>/eval/synthetic/results.json``): held-out pass@1 in points, 100 x
 ``results["pass@k"]["1"]``; the primary outcome is the mean over seeds of gtpo - grpo with its 95 % t-interval
@@ -174,7 +175,8 @@ def _seeds(study: Path, arm: str) -> list[int]:
 
 
 def study_c(study: Path) -> dict:
-    """Study C's primary outcome: runaways per arm and the two-sided Fisher p (with the one-sided one, secondary)."""
+    """Study C's primary outcome: runaways per arm and the one-sided Fisher p (alternative: GTPO's rate is lower),
+    as registered; the two-sided p beside it is a secondary outcome."""
     counts = {}
     for arm in ARMS:
         outcomes = {s: runaway(study / "runs" / arm / f"seed{s}") for s in _seeds(study, arm)}
@@ -188,9 +190,9 @@ def study_c(study: Path) -> dict:
     table = (g["ran_away"], g["runs"] - g["ran_away"], r["ran_away"], r["runs"] - r["ran_away"])
     result = {"arms": counts}
     if g["runs"] and r["runs"]:
-        result["p_two_sided"] = fisher_exact(*table)
-        result["p_one_sided_gtpo_less"] = fisher_exact(*table, alternative="less")  # secondary
-        result["reject"] = result["p_two_sided"] < ALPHA
+        result["p_one_sided_gtpo_less"] = fisher_exact(*table, alternative="less")  # the primary test
+        result["p_two_sided"] = fisher_exact(*table)  # secondary
+        result["reject"] = result["p_one_sided_gtpo_less"] < ALPHA
     return result
 
 

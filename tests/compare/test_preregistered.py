@@ -85,6 +85,35 @@ def test_the_rule_reproduces_study_bs_pattern():
     assert result["arms"]["gtpo"] == {"runs": 3, "ran_away": 0, "seeds": []}
     assert result["arms"]["grpo"] == {"runs": 3, "ran_away": 2, "seeds": [1, 2]}
     assert result["p_two_sided"] == pytest.approx(0.4)  # [[0,3],[2,1]]: (C(2,0)C(4,3) + C(2,2)C(4,1)) / C(6,3) = 8/20
+    # One-sided, as study C registers its test: P(gtpo runaways <= 0) = C(2,0)C(4,3) / C(6,3) = 4/20.
+    assert result["p_one_sided_gtpo_less"] == pytest.approx(0.2)
+    assert result["reject"] is False
+
+
+def test_study_c_rejects_on_the_one_sided_p_its_preregistration_registers(tmp_path):
+    """Study C's PREREGISTRATION.md registers Fisher's test one-sided (GTPO lower) at alpha 0.05, so a table whose
+    one-sided p is below 0.05 rejects H0 even where the two-sided p is not. First gtpo 0 of 5, grpo 4 of 5 runaways:
+    one-sided C(4,0)C(6,5) / C(10,5) = 6/252, two-sided 12/252 (x = 0 and x = 4 are the two least likely tables)."""
+    text = (ROOT / "studies" / "smollm2-synthetic-lr1e-3-c" / "PREREGISTRATION.md").read_text()
+    assert "Fisher's exact test of that table, **one-sided**" in text and "**α = 0.05**" in text
+    study = tmp_path / "c"
+    for seed in range(5):
+        _run(study, "gtpo", seed, [0.0] * 40)
+        _run(study, "grpo", seed, [1.0 if seed < 4 else 0.0] * 40)
+    result = analysis.study_c(study)
+    assert result["p_one_sided_gtpo_less"] == pytest.approx(6 / 252)
+    assert result["p_two_sided"] == pytest.approx(12 / 252)
+    assert result["reject"] is True
+    # A table significant one-sided only: gtpo 1 of 6, grpo 5 of 6. One-sided: (C(6,0)C(6,6) + C(6,1)C(6,5)) /
+    # C(12,6) = 37/924 = 0.040; two-sided adds the mirror tables, 74/924 = 0.080: rejected only one-sided.
+    study = tmp_path / "c2"
+    for seed in range(6):
+        _run(study, "gtpo", seed, [1.0 if seed == 0 else 0.0] * 40)
+        _run(study, "grpo", seed, [1.0 if seed < 5 else 0.0] * 40)
+    result = analysis.study_c(study)
+    assert result["p_one_sided_gtpo_less"] == pytest.approx(37 / 924)
+    assert result["p_two_sided"] == pytest.approx(74 / 924)
+    assert result["reject"] is True
 
 
 def test_study_d_interval_matches_hand_computation(tmp_path):

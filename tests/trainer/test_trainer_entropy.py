@@ -108,6 +108,8 @@ def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tm
     from collections import defaultdict
     from types import SimpleNamespace
 
+    from gtpo import core
+    from gtpo.trainer import loss_options
     from gtpo.trainer.trainer import GTPOTrainer
 
     args = GTPOConfig(**settings(tmp_path, initial_entropy=1.0, entropy_gamma=0.1))  # ⟨H⟩_ini ≥ ln 2: no filter
@@ -119,14 +121,15 @@ def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tm
         _metrics={"train": defaultdict(list)},
         accelerator=SimpleNamespace(reduce=lambda t, reduction: t, gather=lambda t: t),
     )
-    trainer._loss_advantages = GTPOTrainer._loss_advantages.__get__(trainer)
     trainer._log_metrics = GTPOTrainer._log_metrics.__get__(trainer)
     advantages = torch.tensor([0.05, 0.05, -1.0, 0.5])
     mask = torch.ones(4, 3, dtype=torch.long)
     entropies = torch.ones(4, 3)
     logps = torch.zeros(4, 3)
     old = torch.tensor([0.5, -0.5, 0.0, -0.5]).unsqueeze(-1).expand(4, 3)  # ratios e^-0.5, e^0.5, 1, e^0.5
-    used = trainer._loss_advantages(advantages, entropies, mask)
+    # The trainer's own computation of A' (compute_loss): core.advantage_terms with the trainer's settings.
+    inputs = core.LossInputs(entropies, mask, advantages, token_entropy=entropies)
+    used = core.advantage_terms(inputs, loss_options.loss_settings(trainer)).advantages
     torch.testing.assert_close(used, torch.tensor([-0.05, -0.05, -1.1, 0.4]))
     trainer._log_metrics("train", {}, logps, old, entropies, mask, used)
     logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 
 import torch
 from trl.kernels import chunked_logprob as trl_kernel
+from trl.trainer import utils as trl_utils
 
 from gtpo import core
 
-# TRL's defaults (trl/trainer/utils.py `_CHUNKED_LOGPROB_CHUNK_SIZE`, trl/kernels TOKEN_CHUNK_SIZE).
-VOCAB_CHUNK = 32768
+# TRL's tile sizes, read from TRL so that both heads tile alike: vocabulary columns per tile on the torch path
+# (trl/trainer/utils.py), token rows per tile in the Triton kernels (trl/kernels/chunked_logprob.py).
+VOCAB_CHUNK = trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
 TOKEN_CHUNK = trl_kernel.TOKEN_CHUNK_SIZE
 
 
@@ -94,14 +96,24 @@ def token_scores(
     return HeadScores(log_probs, entropy if differentiable_entropy else entropy.detach(), sampling_entropy)
 
 
-def _transform(tile: torch.Tensor, logit_scale: float, softcap: float | None) -> torch.Tensor:
-    """Raw logits z of a tile in float32 (in place when the tile already is float32)."""
+def _transform_with_tanh(
+    tile: torch.Tensor, logit_scale: float, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(z, t): the logits z of a tile in float32, z = softcap·tanh(s·x/softcap) (or s·x without a softcap), and
+    t = tanh(s·x/softcap), which the backward needs for the softcap's derivative 1 − t² (None without one).
+    Works in place when the tile already is float32 and has no softcap."""
     z = tile.float()
     if logit_scale != 1.0:
         z.mul_(logit_scale)
-    if softcap is not None:
-        z = torch.tanh(z / softcap).mul_(softcap)
-    return z
+    if softcap is None:
+        return z, None
+    t = torch.tanh(z / softcap)
+    return t * softcap, t
+
+
+def _transform(tile: torch.Tensor, logit_scale: float, softcap: float | None) -> torch.Tensor:
+    """Logits z of a tile in float32 (the forward's half of :func:`_transform_with_tanh`)."""
+    return _transform_with_tanh(tile, logit_scale, softcap)[0]
 
 
 def _torch_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap, inv_t) -> None:
@@ -253,13 +265,7 @@ def _torch_backward(
     tile, g_lp, g_h, targets, log_z1, log_zt, entropy, vocab_start, n_cols, logit_scale, softcap, inv_t
 ):
     """∂L/∂(raw tile) for one (n, c) tile: the tempered log-prob's and the temperature-1 entropy's terms."""
-    y = tile.float() * logit_scale
-    t = None
-    if softcap is not None:
-        t = torch.tanh(y / softcap)
-        z = t * softcap
-    else:
-        z = y
+    z, t = _transform_with_tanh(tile, logit_scale, softcap)  # may overwrite the tile: it is not read again
     grad = torch.zeros_like(z)
     if g_lp is not None:
         p_t = torch.exp(z * inv_t - log_zt.unsqueeze(1))  # (n, c)

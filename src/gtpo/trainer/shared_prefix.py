@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -41,18 +42,42 @@ class PackedBatch:
     Attributes:
         input_ids: (1, N) long: prefixes and segments, no padding.
         position_ids: (1, N) long: each token's column in TRL's padded row.
-        attention_mask: (1, 1, N, N) bool: True where a query position may attend to a key position.
         shift_labels: (1, N) long: the next-token label of each position, -100 where nothing is scored.
         source: (B, K) long: the packed position that scores completion token (b, k), -1 where (b, k) is padding.
         prompts: the number of distinct prompts (prefixes) packed.
+        segment: (N,) long: the batch row a position's segment belongs to, -1 in a prefix.
+        prompt_of: (N,) long: the prefix (distinct prompt) each position belongs to.
+        mask_dtype: None for a boolean mask (sdpa), or the float dtype of an additive mask (eager attention).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
     shift_labels: torch.Tensor
     source: torch.Tensor
     prompts: int
+    segment: torch.Tensor
+    prompt_of: torch.Tensor
+    mask_dtype: torch.dtype | None = None
+
+    @property
+    def length(self) -> int:
+        """N, the packed sequence's length."""
+        return self.input_ids.size(1)
+
+    @functools.cached_property
+    def attention_mask(self) -> torch.Tensor:
+        """(1, 1, N, N): where a query position may attend to a key position (True, or 0 in an additive mask):
+        causally, within its own prompt, to the prefix or to its own segment. Built on first use, so a batch that
+        :func:`packed_is_cheaper` sends to the padded layout never allocates the N x N mask."""
+        n = self.length
+        causal = torch.ones(n, n, dtype=torch.bool, device=self.segment.device).tril_()
+        same_prompt = self.prompt_of.unsqueeze(1) == self.prompt_of.unsqueeze(0)
+        visible = (self.segment.unsqueeze(0) == -1) | (self.segment.unsqueeze(1) == self.segment.unsqueeze(0))
+        mask = (causal & same_prompt & visible).reshape(1, 1, n, n)
+        if self.mask_dtype is None:
+            return mask
+        additive = torch.zeros(mask.shape, dtype=self.mask_dtype, device=mask.device)
+        return additive.masked_fill_(~mask, torch.finfo(self.mask_dtype).min)
 
     @property
     def scored(self) -> torch.Tensor:
@@ -139,21 +164,15 @@ def pack(
             prompt_of.append(torch.full((n,), number, dtype=torch.long, device=device))
             source[row, :n] = torch.arange(offset, offset + n)
             offset += n
-    segment_t, prompt_t = torch.cat(segment), torch.cat(prompt_of)  # (N,)
-    causal = torch.ones(offset, offset, dtype=torch.bool, device=device).tril_()
-    same_prompt = prompt_t.unsqueeze(1) == prompt_t.unsqueeze(0)
-    visible = (segment_t.unsqueeze(0) == -1) | (segment_t.unsqueeze(1) == segment_t.unsqueeze(0))
-    mask = (causal & same_prompt & visible).reshape(1, 1, offset, offset)
-    if mask_dtype is not None:
-        additive = torch.zeros(mask.shape, dtype=mask_dtype, device=device)
-        mask = additive.masked_fill_(~mask, torch.finfo(mask_dtype).min)
     return PackedBatch(
         input_ids=torch.cat(ids).unsqueeze(0),
         position_ids=torch.cat(positions).unsqueeze(0),
-        attention_mask=mask,
         shift_labels=torch.cat(labels).unsqueeze(0),
         source=source.to(device),
         prompts=len(order),
+        segment=torch.cat(segment),
+        prompt_of=torch.cat(prompt_of),
+        mask_dtype=mask_dtype,
     )
 
 
@@ -259,7 +278,7 @@ def per_token_logps_and_entropies(
     for start in range(0, input_ids.size(0), batch_size):
         ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
         packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
-        if not packed_is_cheaper(unwrapped.config, *ids.shape, packed.input_ids.size(1)):
+        if not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length):
             _note(trainer, "packing would cost more than padding for this batch's lengths")
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
         else:

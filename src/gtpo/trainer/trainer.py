@@ -355,11 +355,6 @@ class GTPOTrainer(GRPOTrainer):
         )
         return loss
 
-    def _loss_advantages(self, advantages, entropies, mask) -> torch.Tensor:
-        """A'_i = δ_i·(A_i − γ⟨H⟩_i) (entropy_term='advantage') or δ_i·A_i: the advantage core.gtpo_loss uses."""
-        inputs = core.LossInputs(entropies.detach(), mask, advantages, token_entropy=entropies.detach())
-        return core.advantage_terms(inputs, loss_options.loss_settings(self)).advantages  # (B,)
-
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
         loss_options.log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages)
