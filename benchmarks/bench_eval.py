@@ -1,13 +1,16 @@
-"""Held-out evaluation's sampling (study A: 100 GSM8K problems x 8 samples x 96 tokens, SmolLM2-135M): the
+"""Held-out evaluation's sampling (study A's: 100 synthetic test problems x 8 samples x 96 tokens, SmolLM2-135M): the
 transformers backend before issue 30 (``model.generate`` on the batch) against now (`gtpo.sampling.decode`: one
 prefill per problem, ended rows dropped), batch by batch, alternating, on the same per-sample seeds.
 
     python benchmarks/bench_eval.py                  # 100 problems (~15-30 min on 2 cores)
     python benchmarks/bench_eval.py --quick          # 16 problems (~3-5 min)
     python benchmarks/bench_eval.py --limit 40 --dtype bfloat16
+    python benchmarks/bench_eval.py --model RUN/model --fast-problems-per-batch 32   # a trained model, bigger batches
 
-Each batch holds ``--problems-per-batch`` whole problems (8 x 8 = 64 rows, as `gtpo eval` now batches); both paths
-sample it, in alternating order, and their wall times add up. Printed: the CPU, dtype, each path's total time, the
+Each batch holds ``--problems-per-batch`` whole problems (8 x 8 = 64 rows); ``--fast-problems-per-batch`` gives
+the fast path another batch size (a row's samples do not depend on its batch: per-sample seeds). Both paths sample
+the same problems chunk by chunk (the least common multiple of the two batch sizes), taking turns which goes first,
+and their wall times add up. Printed: the CPU, dtype, each path's total time, the
 ratio, the row-steps each computed (``generate``: every row until the longest of its batch ends) and the share of
 them before EOS (the tokens kept), and how many samples came out differently (float rounding of another batch
 shape), and from the first differing token on how many tokens.
@@ -16,6 +19,7 @@ shape), and from the first differing token on how many tokens.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -43,8 +47,13 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy (counts near-tie differences)")
     parser.add_argument("--problems-per-batch", type=int, default=8)
     parser.add_argument(
-        "--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/gsm8k/test.jsonl")
+        "--fast-problems-per-batch",
+        type=int,
+        default=None,
+        help="the fast path's batch, when it differs (default: --problems-per-batch)",
     )
+    parser.add_argument("--task", default="synthetic", help="study A's held-out task; gsm8k: longer completions")
+    parser.add_argument("--source", default=None, help="the task's data file (default: the task's offline copy)")
     parser.add_argument("--quick", action="store_true", help="16 problems")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -58,40 +67,46 @@ def main() -> None:
 
     print(cpu_line())
     backend = TransformersBackend(args.model, dtype=args.dtype)
-    problems = load_problems("gsm8k", "test", args.data, limit=args.limit)
+    problems = load_problems(args.task, "test", args.source, limit=args.limit)
     sampling = SamplingSettings(temperature=args.temperature, max_new_tokens=args.tokens)
-    step = args.problems_per_batch
+    sizes = {"generate": args.problems_per_batch, "fast": args.fast_problems_per_batch or args.problems_per_batch}
+    chunk = math.lcm(*sizes.values())  # both paths sample the same problems chunk by chunk, taking turns
     seconds = {"generate": 0.0, "fast": 0.0}
     computed = {"generate": 0, "fast": 0}
     kept = {"generate": 0, "fast": 0}
     differ = differ_tokens = 0
-    for b in range(0, len(problems), step):
-        batch = problems[b : b + step]
-        prompts = [p.prompt for p in batch for _ in range(args.n)]
-        seeds = [unit_seed(0, p.id, s) for p in batch for s in range(args.n)]
-        order = ("generate", "fast") if (b // step) % 2 == 0 else ("fast", "generate")
-        out = {}
+    for c, first in enumerate(range(0, len(problems), chunk)):
+        problems_c = problems[first : first + chunk]
+        order = ("generate", "fast") if c % 2 == 0 else ("fast", "generate")
+        out = {"generate": [], "fast": []}
         for path in order:
             backend.fast = path == "fast"
-            backend.stats.__init__()
-            start = time.perf_counter()
-            out[path] = backend.generate(prompts, seeds, sampling)
-            seconds[path] += time.perf_counter() - start
-            lengths = [c.length for c in out[path]]
-            kept[path] += sum(lengths)
-            computed[path] += backend.stats.row_steps if path == "fast" else max(lengths) * len(lengths)
+            for b in range(0, len(problems_c), sizes[path]):
+                batch = problems_c[b : b + sizes[path]]
+                prompts = [p.prompt for p in batch for _ in range(args.n)]
+                seeds = [unit_seed(0, p.id, s) for p in batch for s in range(args.n)]
+                backend.stats.__init__()
+                start = time.perf_counter()
+                completions = backend.generate(prompts, seeds, sampling)
+                seconds[path] += time.perf_counter() - start
+                lengths = [c.length for c in completions]
+                kept[path] += sum(lengths)
+                computed[path] += backend.stats.row_steps if path == "fast" else max(lengths) * len(lengths)
+                out[path].extend(completions)
         differ += sum(a != c for a, c in zip(out["generate"], out["fast"], strict=True))
         differ_tokens += sum(
             token_difference(backend.tokenizer, a.text, c.text)
             for a, c in zip(out["generate"], out["fast"], strict=True)
         )
         print(
-            f"  batch {b // step + 1}: generate {seconds['generate']:7.1f} s, fast {seconds['fast']:7.1f} s so far",
+            f"  {first + len(problems_c)} problems: generate {seconds['generate']:7.1f} s, "
+            f"fast {seconds['fast']:7.1f} s so far",
             flush=True,
         )
     print(
-        f"dtype {args.dtype}, temperature {args.temperature}, {len(problems)} problems x {args.n} samples x "
-        f"{args.tokens} tokens, {step} problems a batch"
+        f"dtype {args.dtype}, temperature {args.temperature}, {len(problems)} {args.task} test problems x {args.n} "
+        "samples x "
+        f"{args.tokens} tokens; problems a batch: generate {sizes['generate']}, fast {sizes['fast']}"
     )
     for path in ("generate", "fast"):
         print(
