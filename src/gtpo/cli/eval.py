@@ -100,10 +100,11 @@ class EvalArguments:
         },
     )
     batch_size: int = field(
-        default=16,
+        default=64,
         metadata={
             "help": "completions generated per call by the transformers backend, rounded down to whole problems "
-            "(a multiple of -n, at least one problem)"
+            "(a multiple of -n, at least one problem); on a CPU much of a decoding step's cost is fixed, whatever "
+            "the rows (benchmarks/bench_decode_step.py), so larger batches finish sooner while memory allows"
         },
     )
     dtype: str | None = field(

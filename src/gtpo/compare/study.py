@@ -87,7 +87,7 @@ EVAL_DEFAULTS = {
     "n": 4,
     "limit": 40,
     "max_new_tokens": None,
-    "batch_size": 16,
+    "batch_size": 64,
     "dtype": None,
 }
 
@@ -306,7 +306,7 @@ def evaluate_run(
     n: int = 4,
     limit: int = 40,
     max_new_tokens: int | None = None,
-    batch_size: int = 16,
+    batch_size: int = 64,
     dtype: str | None = None,
 ) -> str:
     """`gtpo eval` one finished run's model into RUN/eval/<task>/.

@@ -71,7 +71,7 @@ class EvalConfig:
     limit: int | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     seed: int = 0
-    batch_size: int = 16
+    batch_size: int = 64
     backend: str = "auto"
     dtype: str | None = None
     label: str | None = None
