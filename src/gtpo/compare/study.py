@@ -296,22 +296,18 @@ def write_or_check_spec(spec: Spec, out: Path) -> None:
     path.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
 
 
-def evaluate_run(
-    arm,
-    seed: int,
-    out: Path,
-    launcher: list[str],
-    task: str | None = None,
-    split: str = "test",
-    n: int = 4,
-    limit: int = 40,
-    max_new_tokens: int | None = None,
-    batch_size: int = 64,
-    dtype: str | None = None,
-) -> str:
+def evaluate_run(arm, seed: int, out: Path, launcher: list[str], **settings) -> str:
     """`gtpo eval` one finished run's model into RUN/eval/<task>/.
 
-    Returns 'ran', 'skipped' (the run is unfinished, or its results.json exists) or 'failed'."""
+    ``settings``: the keys of :data:`EVAL_DEFAULTS` (task, split, n, limit, max_new_tokens, batch_size, dtype);
+    a key not given takes its default there. Returns 'ran', 'skipped' (the run is unfinished, or its results.json
+    exists) or 'failed'."""
+    unknown = set(settings) - set(EVAL_DEFAULTS)
+    if unknown:
+        raise TypeError(f"evaluate_run: unknown evaluation settings {sorted(unknown)}; known: {sorted(EVAL_DEFAULTS)}")
+    settings = {**EVAL_DEFAULTS, **settings}
+    task, split, n, limit = settings["task"], settings["split"], settings["n"], settings["limit"]
+    max_new_tokens, batch_size, dtype = settings["max_new_tokens"], settings["batch_size"], settings["dtype"]
     folder = run_dir(out, arm.name, seed)
     if run_status(folder) != "finished":
         return "skipped"

@@ -66,25 +66,22 @@ class Panel:
         return None
 
 
+def _reward_panel(reward: str) -> Panel:
+    """The panel of one of the paper's 0-10 rewards (TRL logs ``rewards/<function name>/mean``), in % of its maximum."""
+    return Panel(
+        reward,
+        f"{reward.capitalize()} reward",
+        f"{reward} (%)",
+        pattern=rf"rewards/[^/]*{reward}[^/]*/mean",
+        scale=100 / REWARD_MAX,
+        from_zero=True,
+        bounds=(0.0, 100.0),
+    )
+
+
 PANELS = (
-    Panel(
-        "accuracy",
-        "Accuracy reward",
-        "accuracy (%)",
-        pattern=r"rewards/[^/]*accuracy[^/]*/mean",
-        scale=100 / REWARD_MAX,
-        from_zero=True,
-        bounds=(0.0, 100.0),
-    ),
-    Panel(
-        "format",
-        "Format reward",
-        "format (%)",
-        pattern=r"rewards/[^/]*format[^/]*/mean",
-        scale=100 / REWARD_MAX,
-        from_zero=True,
-        bounds=(0.0, 100.0),
-    ),
+    _reward_panel("accuracy"),
+    _reward_panel("format"),
     Panel("reward", "Total reward", "mean total reward", keys=("reward",), from_zero=True),
     Panel(
         "entropy",

@@ -118,6 +118,13 @@ _MATH_HUB = {
     for split in ("train", "test")
 }
 
+
+def _competition_test(name: str, description: str, repo: str, split: str = "train") -> Task:
+    """A competition's problem set: a test split only, read from one hub dataset's ``split``, graded by the gold
+    extractor of the same name."""
+    return Task(name, description, ("test",), gold=name, hub={"test": (HubSource(repo, None, split),)})
+
+
 TASKS: dict[str, Task] = {
     "gsm8k": Task(
         "gsm8k",
@@ -146,27 +153,9 @@ TASKS: dict[str, Task] = {
         olmo_answer_column="solution",
         olmo_finish=_math500_subjects,
     ),
-    "aime24": Task(
-        "aime24",
-        "AIME 2024 (30 problems), integer answers 0-999",
-        ("test",),
-        gold="aime24",
-        hub={"test": (HubSource("HuggingFaceH4/aime_2024", None, "train"),)},
-    ),
-    "aime25": Task(
-        "aime25",
-        "AIME 2025 (30 problems), integer answers 0-999",
-        ("test",),
-        gold="aime25",
-        hub={"test": (HubSource("yentinglin/aime_2025", None, "train"),)},
-    ),
-    "amc23": Task(
-        "amc23",
-        "AMC 2023 (40 problems)",
-        ("test",),
-        gold="amc23",
-        hub={"test": (HubSource("math-ai/amc23", None, "test"),)},
-    ),
+    "aime24": _competition_test("aime24", "AIME 2024 (30 problems), integer answers 0-999", "HuggingFaceH4/aime_2024"),
+    "aime25": _competition_test("aime25", "AIME 2025 (30 problems), integer answers 0-999", "yentinglin/aime_2025"),
+    "amc23": _competition_test("amc23", "AMC 2023 (40 problems)", "math-ai/amc23", split="test"),
     "synthetic": Task(
         "synthetic",
         "offline +/- arithmetic ('What is 37 + 12?'), seeded; train and test never share a question",
