@@ -306,6 +306,10 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     before = [p.stat().st_mtime_ns for p in argvs]
     compare.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)  # results exist: skipped
     assert [p.stat().st_mtime_ns for p in argvs] == before
+    # batch_size was not given: EVAL_DEFAULTS' value; a key that is not an evaluation setting is refused.
+    assert argv[argv.index("--batch_size") + 1] == str(compare.EVAL_DEFAULTS["batch_size"]) == "64"
+    with pytest.raises(TypeError, match="unknown evaluation settings \\['batch'\\]"):
+        compare.evaluate_runs(spec, out, [sys.executable, str(fake)], batch=8)
 
 
 def _fake_gtpo(tmp_path: Path) -> Path:

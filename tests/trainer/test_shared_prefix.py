@@ -58,7 +58,9 @@ def test_pack_lays_out_prefixes_segments_positions_and_labels_by_hand():
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 1, 2]]  # each token's column in TRL's row
     assert packed.shift_labels.tolist() == [[-100, -100, 31, 32, 51, 52, -100, 41]]
     assert packed.source.tolist() == [[2, 3], [7, -1], [4, 5]]
-    assert packed.prompts == 2
+    assert packed.prompts == 2 and packed.length == 8
+    # The N x N mask is built on first use only, so a batch the cost check sends to TRL's layout never allocates it.
+    assert "attention_mask" not in vars(packed)
     visible = packed.attention_mask[0, 0].int().tolist()
     assert visible == [
         [1, 0, 0, 0, 0, 0, 0, 0],
