@@ -4,8 +4,10 @@ weights) and how much each row adds, which decides how large an evaluation batch
     python benchmarks/bench_decode_step.py                       # float32, rows 1, 8, 16, 64, 200
     python benchmarks/bench_decode_step.py --model RUN/model --dtype bfloat16 --rows 1 64
 
-For each row count: a 150-token prompt prefilled into a DynamicCache, then ``--steps`` single-token forwards (the
-median is printed), the per-row Gumbel-max sampler of `gtpo eval` on that step's logits
+For each row count: a 150-token prompt prefilled into a cache, then ``--steps`` single-token forwards (the median is
+printed) with each cache, taking turns step by step: transformers' `DynamicCache` (each step concatenates, copying the
+layer's cache) and `gtpo.sampling.preallocated_cache` (what `decode` uses: each step written in place); then the
+per-row Gumbel-max sampler of `gtpo eval` on that step's logits
 (`gtpo.eval.backends.per_row_sampler`), and dropping one row from the cache (`DynamicCache.batch_select_indices`,
 what `gtpo.sampling.decode` does when a row ends). The last line fits step = fixed + per-row x rows by least
 squares over the row counts.
@@ -37,6 +39,7 @@ def main() -> None:
     from transformers import DynamicCache
 
     from gtpo.eval.backends import SamplingSettings, TransformersBackend, per_row_sampler
+    from gtpo.sampling import preallocated_cache
 
     print(cpu_line())
     model = TransformersBackend(args.model, dtype=args.dtype).model
@@ -45,39 +48,51 @@ def main() -> None:
     prompt = torch.randint(100, 1000, (1, args.prompt), generator=generator)
     steps = {}
     for rows in args.rows:
-        cache = DynamicCache(config=model.config)
+        caches = {"dynamic": DynamicCache(config=model.config), "preallocated": preallocated_cache(model, args.steps)}
         ids = prompt.repeat(rows, 1)
-        mask = torch.ones_like(ids)
-        times = []
+        times = {name: [] for name in caches}
         with torch.inference_mode():
-            model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            for cache in caches.values():
+                model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, logits_to_keep=1)
             tokens = torch.randint(100, 1000, (rows, 1), generator=generator)
             for step in range(args.steps):
-                mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
+                mask = torch.ones(rows, args.prompt + step + 1, dtype=torch.long)
                 position = torch.full((rows, 1), args.prompt + step)
-                start = time.perf_counter()
-                out = model(
-                    input_ids=tokens, attention_mask=mask, position_ids=position, past_key_values=cache, use_cache=True
-                )
-                times.append(time.perf_counter() - start)
+                order = list(caches) if step % 2 == 0 else list(reversed(caches))
+                for name in order:
+                    start = time.perf_counter()
+                    out = model(
+                        input_ids=tokens,
+                        attention_mask=mask,
+                        position_ids=position,
+                        past_key_values=caches[name],
+                        use_cache=True,
+                    )
+                    times[name].append(time.perf_counter() - start)
             sampler = per_row_sampler(list(range(rows)), SamplingSettings(temperature=1.0, max_new_tokens=1), "cpu")
             logits = out.logits[:, -1].float()
             start = time.perf_counter()
             sampler.choose(logits)
             sample = time.perf_counter() - start
-            start = time.perf_counter()
-            cache.batch_select_indices(torch.arange(max(rows - 1, 1)))
-            select = time.perf_counter() - start
-        steps[rows] = statistics.median(times)
+            drop = {}
+            for name, cache in caches.items():
+                start = time.perf_counter()
+                cache.batch_select_indices(torch.arange(max(rows - 1, 1)))
+                drop[name] = time.perf_counter() - start
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        steps[rows] = medians["preallocated"]
+        ratio = medians["preallocated"] / medians["dynamic"]
         print(
-            f"  rows {rows:4d}: forward {1e3 * steps[rows]:7.1f} ms (median of {args.steps}), "
-            f"sampler {1e3 * sample:6.1f} ms, dropping a row {1e3 * select:6.1f} ms"
+            f"  rows {rows:4d}: forward {1e3 * medians['dynamic']:7.1f} ms with DynamicCache, "
+            f"{1e3 * medians['preallocated']:7.1f} ms preallocated ({ratio:.2f}x; "
+            f"median of {args.steps}); sampler {1e3 * sample:6.1f} ms; dropping a row {1e3 * drop['dynamic']:6.1f} / "
+            f"{1e3 * drop['preallocated']:6.1f} ms"
         )
     if len(steps) >= 2:
         xs, ys = list(steps), [1e3 * t for t in steps.values()]
         mx, my = statistics.fmean(xs), statistics.fmean(ys)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-        print(f"forward ~ {my - slope * mx:.1f} ms + {slope:.2f} ms x rows (least squares over {xs})")
+        print(f"forward (preallocated) ~ {my - slope * mx:.1f} ms + {slope:.2f} ms x rows (least squares over {xs})")
 
 
 if __name__ == "__main__":

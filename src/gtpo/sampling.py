@@ -21,6 +21,7 @@ including the first end-of-sequence token, or ``max_new_tokens`` tokens).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -188,6 +189,85 @@ def merged_lora(model):
             layer.merged_adapters.clear()
 
 
+@functools.cache
+def _preallocated_layer_class():
+    """:class:`PreallocatedLayer`, defined once, on first use (transformers is imported lazily here)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A `DynamicLayer` whose keys and values live in a buffer (B, H, capacity, D) reserved for the whole
+        decode: a decoding step writes its position in place, where `DynamicLayer.update` concatenates, copying the
+        whole layer's cache every step (about 15 % of a SmolLM2 step at 64 rows on a CPU). ``keys``/``values`` are
+        views of the filled part, so everything that reads them (attention, ``get_seq_length``, masks) sees what a
+        `DynamicLayer` would hold, value for value."""
+
+        _layer_type = None  # never registered in transformers' layer mappings
+
+        def __init__(self, reserve: int):
+            super().__init__()
+            self.reserve = reserve  # positions reserved past the first update (the tokens still to decode)
+            self._k = self._v = None
+            self._length = 0
+
+        def _set_length(self, length: int) -> None:
+            self._length = length
+            self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, t = self._length, key_states.shape[-2]
+            if self._k is None or n + t > self._k.shape[-2]:  # the first update, or past the reserve: grow
+                shape = (key_states.shape[0], key_states.shape[1], n + t + self.reserve, key_states.shape[-1])
+                k, v = key_states.new_empty(shape), value_states.new_empty(shape[:-1] + value_states.shape[-1:])
+                if n:
+                    k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
+                self._k, self._v = k, v
+            self._k[:, :, n : n + t] = key_states
+            self._v[:, :, n : n + t] = value_states
+            self._set_length(n + t)
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._length:
+                n = self._length
+                k = self._k.new_empty((len(indices), *self._k.shape[1:]))
+                v = self._v.new_empty((len(indices), *self._v.shape[1:]))
+                k[:, :, :n], v[:, :, :n] = self._k[indices, :, :n], self._v[indices, :, :n]  # the filled part only
+                self._k, self._v = k, v
+                self._set_length(n)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self._length:
+                rows = torch.arange(self._k.shape[0], device=self._k.device)
+                self.batch_select_indices(rows.repeat_interleave(repeats))
+
+        def crop(self, tokens_to_remove: int) -> None:
+            super().crop(tokens_to_remove)  # DynamicLayer's checks; it slices keys/values
+            if self.is_initialized and self._k is not None:
+                self._set_length(self.keys.shape[-2])
+
+        def reset(self) -> None:
+            self._k = self._v = None
+            self._length = 0
+            super().reset()
+
+    return PreallocatedLayer
+
+
+def preallocated_cache(model, reserve: int):
+    """A `DynamicCache` for ``model`` whose full-attention layers (plain `DynamicLayer`) are preallocated layers that
+    write each new position in place (``reserve``: the tokens still to decode after the prefill); sliding-window or
+    other layer types are kept as transformers makes them."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    layer_class = _preallocated_layer_class()
+    cache.layers = [layer_class(reserve) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
 def select_rows(processors, keep: torch.Tensor) -> None:
     """Keep the per-row state of ``processors`` for the rows ``keep`` (B',) only. The one such state `generate`
     builds is the repetition penalty's ``prompt_ignore_length`` (B,): each row's left padding, not penalised."""
@@ -230,8 +310,6 @@ def decode(
     Returns:
         B lists of token ids: each completion up to and including its first EOS, or ``max_new_tokens`` tokens.
     """
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
     batch = len(prompts)
     if batch == 0:
@@ -242,7 +320,7 @@ def decode(
     ids, mask = left_pad(unique, pad_token_id, pad_to_multiple_of)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # `generate`'s position ids under left padding
-    cache = DynamicCache(config=model.config)
+    cache = preallocated_cache(model, max_new_tokens)
     out = model(
         input_ids=ids,
         attention_mask=mask,

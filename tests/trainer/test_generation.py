@@ -17,7 +17,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-from gtpo.sampling import DecodeStats, decode, left_pad, multinomial_choice  # noqa: E402
+from gtpo.sampling import DecodeStats, decode, left_pad, multinomial_choice, preallocated_cache  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,60 @@ def frequent_token(model, prompt) -> int:
     """The tiny model's most likely first token after ``prompt``, used as an EOS so that rows end early."""
     with torch.no_grad():
         return int(model(torch.tensor([prompt])).logits[0, -1].argmax())
+
+
+def test_preallocated_cache_holds_what_transformers_dynamic_cache_holds(tiny):
+    """decode's cache writes each step's keys and values into a reserved buffer instead of concatenating. Held to
+    transformers' own DynamicCache, operation by operation: a prefill, gathers with repeats (one prefill per prompt),
+    steps past the reserve (the buffer grows), dropping rows, repeat_interleave, crop and reset. Same values, same
+    length, and attention reads them as it reads DynamicCache's (equal logits)."""
+    from transformers import DynamicCache
+
+    model, _ = tiny
+    ours, theirs = preallocated_cache(model, reserve=2), DynamicCache(config=model.config)
+    assert type(ours.layers[0]).__name__ == "PreallocatedLayer" and len(ours.layers) == len(theirs.layers)
+    generator = torch.Generator().manual_seed(0)
+    config = model.config
+    heads, dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+
+    def update(rows, length):
+        for layer in range(len(theirs.layers)):
+            k = torch.randn(rows, heads, length, dim, generator=generator)
+            v = torch.randn(rows, heads, length, dim, generator=generator)
+            a, b = ours.update(k, v, layer), theirs.update(k, v, layer)
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+    def same():
+        assert ours.get_seq_length() == theirs.get_seq_length()
+        for x, y in zip(ours.layers, theirs.layers, strict=True):
+            assert torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+
+    update(2, 5)  # prefill of 2 distinct prompts
+    same()
+    for cache in (ours, theirs):
+        cache.batch_select_indices(torch.tensor([0, 0, 1, 0]))  # 4 rows share 2 prefills
+    same()
+    for _ in range(4):  # 2 steps within the reserve, then 2 past it
+        update(4, 1)
+        same()
+    for cache in (ours, theirs):
+        cache.batch_select_indices(torch.tensor([1, 3]))  # two rows ended
+    same()
+    update(2, 1)
+    for cache in (ours, theirs):
+        cache.batch_repeat_interleave(2)
+        cache.crop(-2)
+    same()
+    update(4, 1)
+    same()
+    ids = torch.tensor([[5, 6, 7]] * 4)
+    with torch.no_grad():
+        logits = [model(ids, past_key_values=c).logits for c in (ours, theirs)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
+    for cache in (ours, theirs):
+        cache.reset()
+    update(3, 2)
+    same()
 
 
 @pytest.mark.parametrize("multiple", [None, 8])
