@@ -205,7 +205,7 @@ def _preallocated_layer_class():
 
         def __init__(self, reserve: int):
             super().__init__()
-            self.reserve = reserve  # positions reserved past the first update (the tokens still to decode)
+            self.reserve = reserve  # positions reserved past what is filled whenever the buffer (re)grows
             self._k = self._v = None
             self._length = 0
 
@@ -257,8 +257,8 @@ def _preallocated_layer_class():
 
 def preallocated_cache(model, reserve: int):
     """A `DynamicCache` for ``model`` whose full-attention layers (plain `DynamicLayer`) are preallocated layers that
-    write each new position in place (``reserve``: the tokens still to decode after the prefill); sliding-window or
-    other layer types are kept as transformers makes them."""
+    write each new position in place, ``reserve`` positions ahead of what is filled (grown by as much again when
+    full); sliding-window or other layer types are kept as transformers makes them."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
@@ -320,7 +320,9 @@ def decode(
     ids, mask = left_pad(unique, pad_token_id, pad_to_multiple_of)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # `generate`'s position ids under left padding
-    cache = preallocated_cache(model, max_new_tokens)
+    # Positions reserved ahead: the whole completion when short; 128 at a time for long ones, so that the reserve of
+    # rows that end early (most of them) stays small, as DynamicCache grows, at one copy per 128 steps.
+    cache = preallocated_cache(model, min(max_new_tokens, 128))
     out = model(
         input_ids=ids,
         attention_mask=mask,
