@@ -233,7 +233,9 @@ def _preallocated_layer_class():
                 n = self._length
                 k = self._k.new_empty((len(indices), *self._k.shape[1:]))
                 v = self._v.new_empty((len(indices), *self._v.shape[1:]))
-                k[:, :, :n], v[:, :, :n] = self._k[indices, :, :n], self._v[indices, :, :n]  # the filled part only
+                # The filled part only, gathered straight into the new buffer (one copy, no temporary).
+                torch.index_select(self._k[:, :, :n], 0, indices, out=k[:, :, :n])
+                torch.index_select(self._v[:, :, :n], 0, indices, out=v[:, :, :n])
                 self._k, self._v = k, v
                 self._set_length(n)
 
