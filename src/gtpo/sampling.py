@@ -195,11 +195,11 @@ def _preallocated_layer_class():
     from transformers.cache_utils import DynamicLayer
 
     class PreallocatedLayer(DynamicLayer):
-        """A `DynamicLayer` whose keys and values live in a buffer (B, H, capacity, D) reserved for the whole
-        decode: a decoding step writes its position in place, where `DynamicLayer.update` concatenates, copying the
-        whole layer's cache every step (about 15 % of a SmolLM2 step at 64 rows on a CPU). ``keys``/``values`` are
-        views of the filled part, so everything that reads them (attention, ``get_seq_length``, masks) sees what a
-        `DynamicLayer` would hold, value for value."""
+        """A `DynamicLayer` whose keys and values live in a buffer (B, H, capacity, D) with ``reserve`` positions
+        ahead of what is filled: a decoding step writes its position in place, where `DynamicLayer.update`
+        concatenates, copying the whole layer's cache every step (10-15 % of a SmolLM2 step at 64-200 rows on a
+        CPU, benchmarks/bench_decode_step.py). ``keys``/``values`` are views of the filled part, so everything that
+        reads them (attention, ``get_seq_length``, masks) sees what a `DynamicLayer` would hold, value for value."""
 
         _layer_type = None  # never registered in transformers' layer mappings
 
