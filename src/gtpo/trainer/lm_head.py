@@ -97,23 +97,23 @@ def token_scores(
 
 
 def _transform_with_tanh(
-    tile: torch.Tensor, logit_scale: float, softcap: float | None
+    tile: torch.Tensor, logit_scale: float, softcap: float | None, keep_tanh: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(z, t): the logits z of a tile in float32, z = softcap·tanh(s·x/softcap) (or s·x without a softcap), and
-    t = tanh(s·x/softcap), which the backward needs for the softcap's derivative 1 − t² (None without one).
-    Works in place when the tile already is float32 and has no softcap."""
+    t = tanh(s·x/softcap), which the backward needs for the softcap's derivative 1 − t² (None without a softcap or
+    with ``keep_tanh=False``, which then computes z in place of t). In place when the tile already is float32."""
     z = tile.float()
     if logit_scale != 1.0:
         z.mul_(logit_scale)
     if softcap is None:
         return z, None
     t = torch.tanh(z / softcap)
-    return t * softcap, t
+    return (t * softcap, t) if keep_tanh else (t.mul_(softcap), None)
 
 
 def _transform(tile: torch.Tensor, logit_scale: float, softcap: float | None) -> torch.Tensor:
     """Logits z of a tile in float32 (the forward's half of :func:`_transform_with_tanh`)."""
-    return _transform_with_tanh(tile, logit_scale, softcap)[0]
+    return _transform_with_tanh(tile, logit_scale, softcap, keep_tanh=False)[0]
 
 
 def _torch_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap, inv_t) -> None:
