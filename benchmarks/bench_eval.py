@@ -53,7 +53,11 @@ def main() -> None:
         help="the fast path's batch, when it differs (default: --problems-per-batch)",
     )
     parser.add_argument("--task", default="synthetic", help="study A's held-out task; gsm8k: longer completions")
-    parser.add_argument("--source", default=None, help="the task's data file (default: the task's offline copy)")
+    parser.add_argument(
+        "--source",
+        default=None,
+        help="the task's data file (default: the task's own source; for gsm8k ../shared/data/gsm8k/test.jsonl)",
+    )
     parser.add_argument("--quick", action="store_true", help="16 problems")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -67,7 +71,11 @@ def main() -> None:
 
     print(cpu_line())
     backend = TransformersBackend(args.model, dtype=args.dtype)
-    problems = load_problems(args.task, "test", args.source, limit=args.limit)
+    source = args.source
+    shared_gsm8k = Path(__file__).resolve().parents[1].parent / "shared/data/gsm8k/test.jsonl"
+    if source is None and args.task == "gsm8k" and shared_gsm8k.is_file():
+        source = str(shared_gsm8k)  # the offline copy beside the repository (GSM8K's default source is the hub)
+    problems = load_problems(args.task, "test", source, limit=args.limit)
     sampling = SamplingSettings(temperature=args.temperature, max_new_tokens=args.tokens)
     sizes = {"generate": args.problems_per_batch, "fast": args.fast_problems_per_batch or args.problems_per_batch}
     chunk = math.lcm(*sizes.values())  # both paths sample the same problems chunk by chunk, taking turns
