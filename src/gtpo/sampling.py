@@ -206,52 +206,49 @@ def _preallocated_layer_class():
         def __init__(self, reserve: int):
             super().__init__()
             self.reserve = reserve  # positions reserved past what is filled whenever the buffer (re)grows
-            self._k = self._v = None
-            self._length = 0
+            self._k = self._v = None  # the buffers; keys/values are views of their filled part
 
-        def _set_length(self, length: int) -> None:
-            self._length = length
+        def _filled(self) -> int:
+            return 0 if self._k is None else self.keys.shape[-2]
+
+        def _view(self, length: int) -> None:
             self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            n, t = self._length, key_states.shape[-2]
+            n, t = self._filled(), key_states.shape[-2]
             if self._k is None or n + t > self._k.shape[-2]:  # the first update, or past the reserve: grow
                 shape = (key_states.shape[0], key_states.shape[1], n + t + self.reserve, key_states.shape[-1])
                 k, v = key_states.new_empty(shape), value_states.new_empty(shape[:-1] + value_states.shape[-1:])
                 if n:
-                    k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
+                    k[:, :, :n], v[:, :, :n] = self.keys, self.values
                 self._k, self._v = k, v
             self._k[:, :, n : n + t] = key_states
             self._v[:, :, n : n + t] = value_states
-            self._set_length(n + t)
+            self._view(n + t)
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self._length:
-                n = self._length
+            n = self._filled()
+            if n:
                 k = self._k.new_empty((len(indices), *self._k.shape[1:]))
                 v = self._v.new_empty((len(indices), *self._v.shape[1:]))
                 # The filled part only, gathered straight into the new buffer (one copy, no temporary).
-                torch.index_select(self._k[:, :, :n], 0, indices, out=k[:, :, :n])
-                torch.index_select(self._v[:, :, :n], 0, indices, out=v[:, :, :n])
+                torch.index_select(self.keys, 0, indices, out=k[:, :, :n])
+                torch.index_select(self.values, 0, indices, out=v[:, :, :n])
                 self._k, self._v = k, v
-                self._set_length(n)
+                self._view(n)
 
         def batch_repeat_interleave(self, repeats: int) -> None:
-            if self._length:
+            if self._filled():
                 rows = torch.arange(self._k.shape[0], device=self._k.device)
                 self.batch_select_indices(rows.repeat_interleave(repeats))
 
-        def crop(self, tokens_to_remove: int) -> None:
-            super().crop(tokens_to_remove)  # DynamicLayer's checks; it slices keys/values
-            if self.is_initialized and self._k is not None:
-                self._set_length(self.keys.shape[-2])
+        # crop: DynamicLayer's slices the keys/values views, and the filled length is read from them.
 
         def reset(self) -> None:
             self._k = self._v = None
-            self._length = 0
             super().reset()
 
     return PreallocatedLayer
