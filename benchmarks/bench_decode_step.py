@@ -89,10 +89,9 @@ def main() -> None:
             f"{1e3 * drop['preallocated']:6.1f} ms"
         )
     if len(steps) >= 2:
-        xs, ys = list(steps), [1e3 * t for t in steps.values()]
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-        print(f"forward (preallocated) ~ {my - slope * mx:.1f} ms + {slope:.2f} ms x rows (least squares over {xs})")
+        xs = list(steps)
+        slope, intercept = statistics.linear_regression(xs, [1e3 * t for t in steps.values()])
+        print(f"forward (preallocated) ~ {intercept:.1f} ms + {slope:.2f} ms x rows (least squares over {xs})")
 
 
 if __name__ == "__main__":

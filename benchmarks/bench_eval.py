@@ -2,8 +2,8 @@
 transformers backend before issue 30 (``model.generate`` on the batch) against now (`gtpo.sampling.decode`: one
 prefill per problem, ended rows dropped), batch by batch, alternating, on the same per-sample seeds.
 
-    python benchmarks/bench_eval.py                  # 100 problems (~15-30 min on 2 cores)
-    python benchmarks/bench_eval.py --quick          # 16 problems (~3-5 min)
+    python benchmarks/bench_eval.py                  # 100 problems (a trained checkpoint: ~7 min on 2 idle cores)
+    python benchmarks/bench_eval.py --quick          # 16 problems
     python benchmarks/bench_eval.py --limit 40 --dtype bfloat16
     python benchmarks/bench_eval.py --model RUN/model --fast-problems-per-batch 32   # a trained model, bigger batches
 
@@ -113,8 +113,7 @@ def main() -> None:
         )
     print(
         f"dtype {args.dtype}, temperature {args.temperature}, {len(problems)} {args.task} test problems x {args.n} "
-        "samples x "
-        f"{args.tokens} tokens; problems a batch: generate {sizes['generate']}, fast {sizes['fast']}"
+        f"samples x {args.tokens} tokens; problems a batch: generate {sizes['generate']}, fast {sizes['fast']}"
     )
     for path in ("generate", "fast"):
         print(
