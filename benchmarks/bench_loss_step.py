@@ -38,6 +38,7 @@ import time
 from bench_head import cpu_name
 
 SHAPES = ("default", "paper-vocab")
+ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
 
 
 def _matmul_rate(device: str, dtype) -> float:
@@ -179,9 +180,7 @@ def main(argv=None) -> None:
     parser.add_argument("--shape", choices=SHAPES, default="default")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument(
-        "--arms", nargs="+", default=["trl", "gtpo", "gtpo-padded"], choices=["trl", "gtpo", "gtpo-padded", "gtpo-bf16"]
-    )
+    parser.add_argument("--arms", nargs="+", default=list(ARMS[:3]), choices=ARMS)
     options = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
@@ -233,8 +232,8 @@ def main(argv=None) -> None:
         f"{batch['completion_ids'].size(1)}), T = {options.temperature}; median of {options.reps} repetitions"
     )
     medians = {arm: {k: statistics.median(v) for k, v in t.items()} for arm, t in times.items()}
+    first = medians[options.arms[0]]
     for arm, m in medians.items():
-        first = medians[options.arms[0]]
         ratio = (m["forward"] + m["backward"]) / (first["forward"] + first["backward"])
         print(
             f"{arm:12s} forward {m['forward']:.3f} s (GTPO's own {1e3 * m['own']:.1f} ms), backward "
