@@ -4,6 +4,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py c studies/smollm2-synthetic-lr1e-3-c   # study C: runaways
     .venv/bin/python scripts/analyze_preregistered.py d studies/smollm2-synthetic-lr2e-4-d   # study D: pass@1
     .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
+    .venv/bin/python scripts/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c  # per-run table
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -196,6 +197,61 @@ def study_c(study: Path) -> dict:
     return result
 
 
+def run_row(run: Path) -> dict | None:
+    """Secondary, per finished run: its last 10 steps' means (reward, format in % of its maximum 10, TRL's token-mean
+    entropy in nats, completion length in tokens, share of completions clipped at the limit), the primary
+    criterion's count (steps of the last 10 with >= 50 % clipped), the steps after step 2 whose raw entropy exceeded
+    ln 2 with their maximum, the most clipped step, and the summed ``step_time`` (training compute, without the
+    gaps of an interrupted run). None for a run that is not finished with 40 steps."""
+    if runaway(run) is None:
+        return None
+    rows = [row for _, row in sorted(_steps(run / "metrics.jsonl").items())]
+    last = rows[-RUNAWAY_WINDOW:]
+
+    def mean_of(key: str, scale: float = 1.0) -> float:
+        return scale * sum(row[key] for row in last) / len(last)
+
+    high = [row for row in rows if row["step"] > 2 and row["entropy"] > math.log(2)]
+    return {
+        "reward": mean_of("reward"),
+        "format %": mean_of("rewards/format_reward/mean", 10.0),
+        "entropy": mean_of("entropy"),
+        "length": mean_of("completions/mean_length"),
+        "clipped %": mean_of("completions/clipped_ratio", 100.0),
+        "steps >= 50 % clipped, last 10": sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last),
+        "ran away": runaway(run),
+        "entropy > ln 2 after step 2, steps": [int(row["step"]) for row in high],
+        "entropy > ln 2 after step 2, max": max((row["entropy"] for row in high), default=None),
+        "most clipped in a step %": 100.0 * max(row["completions/clipped_ratio"] for row in rows),
+        "step time min": sum(row.get("step_time", 0.0) for row in rows) / 60,
+    }
+
+
+def runs_table(study: Path) -> list[str]:
+    """The per-run rows of :func:`run_row` as a markdown table, arms in their order, seeds ascending."""
+    arms = [p.name for p in sorted((study / "runs").iterdir()) if p.is_dir()]
+    order = [a for a in ARMS if a in arms] + [a for a in arms if a not in ARMS]
+    lines = [
+        "| run | reward | format % | entropy | length | clipped | steps >= 50 % clipped (of last 10) | ran away "
+        "| entropy > ln 2 after step 2 | most clipped in a step | step time (min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in order:
+        for seed in _seeds(study, arm):
+            row = run_row(study / "runs" / arm / f"seed{seed}")
+            if row is None:
+                continue
+            steps = row["entropy > ln 2 after step 2, steps"]
+            high = f"{len(steps)} step{'s' * (len(steps) > 1)} (up to {row['entropy > ln 2 after step 2, max']:.2f})" if steps else "–"
+            lines.append(
+                f"| {arm}/seed{seed} | {row['reward']:.2f} | {row['format %']:.1f} | {row['entropy']:.2f} "
+                f"| {row['length']:.1f} | {row['clipped %']:.0f} % | {row['steps >= 50 % clipped, last 10']} "
+                f"| {'yes' if row['ran away'] else 'no'} | {high} | {row['most clipped in a step %']:.0f} % "
+                f"| {row['step time min']:.1f} |"
+            )
+    return lines
+
+
 def pass_at_1(run: Path) -> float | None:
     path = run / "eval" / "synthetic" / "results.json"
     try:
@@ -239,14 +295,17 @@ def power_table() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "power"))
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c and d)")
+    parser.add_argument("what", choices=("c", "d", "power", "runs"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d and runs)")
     args = parser.parse_args(argv)
     if args.what == "power":
         print("\n".join(power_table()))
         return 0
     if args.study is None:
         parser.error(f"{args.what} needs the study folder")
+    if args.what == "runs":
+        print("\n".join(runs_table(args.study)))
+        return 0
     result = study_c(args.study) if args.what == "c" else study_d(args.study)
     print(json.dumps(result, indent=2))
     return 0

@@ -145,3 +145,40 @@ def test_preregistrations_quote_the_scripts_power(name):
         expected += [f"{analysis.paired_t_power(10, sd, 12):.2f}" for sd in (10, 29)]
     for figure in expected:
         assert figure in text, f"{figure} is not in {name}/PREREGISTRATION.md"
+
+
+def test_per_run_table_reproduces_study_b_documented_rows():
+    """The secondary per-run table (``runs``) on study B's committed runs gives the figures the study document's
+    per-run table states for them (computed when study B ended, before this function existed): reward, format,
+    entropy, length, clipped share over the last 10 steps and the most clipped step; and its runaway column is the
+    primary rule's (grpo seeds 1, 2 and entropy-only seeds 0, 2)."""
+    study_b = ROOT / "studies" / "smollm2-synthetic-lr1e-3"
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    documented = {line.split(" | ")[0][2:]: line.split(" | ") for line in doc.splitlines()
+                  if line.startswith("| ") and "/seed" in line.split(" | ")[0] and line.count(" | ") == 8}  # fmt: skip
+    table = analysis.runs_table(study_b)
+    assert len(table) == 2 + 9
+    ran_away = []
+    for line in table[2:]:
+        cells = line.strip("| ").split(" | ")
+        doc_cells = documented[cells[0]]
+        # run | reward | format % | entropy | length | clipped | ... | most clipped
+        assert cells[1:6] == doc_cells[1:6], cells[0]
+        assert cells[9] == doc_cells[7], cells[0]
+        if cells[7] == "yes":
+            ran_away.append(cells[0])
+    assert ran_away == ["grpo/seed1", "grpo/seed2", "entropy-only/seed0", "entropy-only/seed2"]
+
+
+def test_per_run_table_skips_unfinished_runs(tmp_path):
+    """A run that is still running (or stopped before step 40) has no row: it cannot be read as an outcome."""
+    common = {"reward": 1.0, "rewards/format_reward/mean": 10.0, "entropy": 0.1, "completions/mean_length": 20.0}
+    for arm, seed, status, steps in (("gtpo", 1, "finished", 40), ("grpo", 1, "running", 12)):
+        run = tmp_path / "runs" / arm / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"status": status}))
+        rows = [{"step": i + 1, "completions/clipped_ratio": 0.0, **common} for i in range(steps)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = analysis.runs_table(tmp_path)
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| gtpo/seed1"]
+    assert table[2].startswith("| gtpo/seed1 | 1.00 | 100.0 | 0.10 | 20.0 | 0 % | 0 | no | – | 0 % |")
