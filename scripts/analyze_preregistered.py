@@ -242,7 +242,8 @@ def runs_table(study: Path) -> list[str]:
             if row is None:
                 continue
             steps = row["entropy > ln 2 after step 2, steps"]
-            high = f"{len(steps)} step{'s' * (len(steps) > 1)} (up to {row['entropy > ln 2 after step 2, max']:.2f})" if steps else "–"
+            peak = row["entropy > ln 2 after step 2, max"]
+            high = f"{len(steps)} step{'s' * (len(steps) > 1)} (up to {peak:.2f})" if steps else "–"
             lines.append(
                 f"| {arm}/seed{seed} | {row['reward']:.2f} | {row['format %']:.1f} | {row['entropy']:.2f} "
                 f"| {row['length']:.1f} | {row['clipped %']:.0f} % | {row['steps >= 50 % clipped, last 10']} "
