@@ -103,7 +103,10 @@ def test_readme_states_the_summary_answer():
     assert f"maj@8 {_interval(PAIRS['maj@8 %'], 1, sign=True)}" in readme
     entropy = PAIRS["entropy"]
     assert f"({_num(entropy['mean'], 2)} nats [{_num(entropy['low'], 2)}, {_num(entropy['high'], 2)}])" in readme
-    assert "No detectable difference" in readme
+    # all of study A's paired verdicts on held-out metrics are "no detectable difference", as the README says
+    assert all(PAIRS[m]["n"] == 5 and not (PAIRS[m]["low"] > 0 or PAIRS[m]["high"] < 0) for m in PAIRS if "@" in m)
+    assert "**no detectable difference** at this scale" in readme
+    assert "Not detectably in held-out accuracy" in readme
 
 
 @pytest.mark.parametrize("metric", sorted(set(PAIRS) - {"maj@1 %"}))
@@ -299,3 +302,180 @@ def test_the_power_lines_are_the_scripts():
     assert f"{analysis.fisher_power(12, 12, 0.1, 0.5, 'less'):.2f} if 0.1 and 0.5" in doc
     assert f"at {analysis.detectable_effect(10, 12):.1f} points if the SD" in doc
     assert f"at {analysis.detectable_effect(29, 12):.1f} if it is 29" in doc
+
+
+# ------------------------------------------------------------------------------------------- study C (issue 31)
+STUDY_C = ROOT / "studies" / "smollm2-synthetic-lr1e-3-c"
+SUMMARY_C = json.loads((STUDY_C / "summary.json").read_text())
+SEEDS_C = list(range(100, 112))
+
+
+def _section_c() -> list[str]:
+    return _section("## Study C", "## Study D")
+
+
+def _last_steps(metrics: Path) -> dict[int, dict]:
+    """Each logged step's last record (a resumed run logs the steps after its checkpoint twice)."""
+    return {row["step"]: row for row in _steps(metrics)}
+
+
+def test_study_c_is_complete_with_twelve_paired_seeds():
+    assert SUMMARY_C["finished_runs"] == SUMMARY_C["total_runs"] == 24
+    for arm in ("gtpo", "grpo"):
+        assert SUMMARY_C["arms"][arm]["aggregated_seeds"] == SEEDS_C
+    assert [pair["diff"]["n"] for pair in SUMMARY_C["pairs"]] == [12, 12, 12, 12]
+
+
+def test_study_c_primary_outcome_is_the_registered_rule_and_documented():
+    """By hand, independent of the analysis script: a run ran away when at least 6 of steps 31-40 had clipped share
+    >= 0.5; one-sided Fisher p = P(X <= gtpo's count) for X hypergeometric (24 runs, 12 gtpo, all runaways drawn),
+    from math.comb. The script, the study document and the README state the same counts and p-values."""
+    from math import comb
+
+    ran_away = {
+        arm: [
+            s
+            for s in SEEDS_C
+            if sum(
+                _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")[t]["completions/clipped_ratio"] >= 0.5
+                for t in range(31, 41)
+            )
+            >= 6
+        ]
+        for arm in ("gtpo", "grpo")
+    }
+    g, r = len(ran_away["gtpo"]), len(ran_away["grpo"])
+    k = g + r
+    p_less = sum(comb(k, x) * comb(24 - k, 12 - x) for x in range(g + 1)) / comb(24, 12)
+    result = _analysis().study_c(STUDY_C)
+    assert result["arms"]["gtpo"]["seeds"] == ran_away["gtpo"] and result["arms"]["grpo"]["seeds"] == ran_away["grpo"]
+    assert result["p_one_sided_gtpo_less"] == pytest.approx(p_less, rel=1e-12)
+    assert result["reject"] is (p_less < 0.05)
+    section = " ".join(_section_c())
+    seeds = {arm: ", ".join(map(str, ran_away[arm])) for arm in ran_away}
+    assert (
+        f"gtpo {g} of 12 runs ran away (seeds {seeds['gtpo']}), grpo {r} of 12 (seeds {seeds['grpo']}); "
+        f"one-sided Fisher exact p = {p_less:.3f}, so H0 is {'' if p_less < 0.05 else 'not '}rejected at α = 0.05"
+    ) in section
+    assert f"(two-sided p = {result['p_two_sided']:.3f}, secondary)" in section
+    readme = _flat(ROOT / "README.md")
+    assert f"gtpo {g} of 12 runs ran away, grpo {r} of 12 (one-sided Fisher exact p = {p_less:.3f}" in readme
+    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert f"{g} of 12 GTPO runs ran away against {r} of 12 GRPO runs, one-sided Fisher exact p = {p_less:.3f}" in top
+
+
+@pytest.mark.parametrize("arm", ["gtpo", "grpo"])
+def test_study_c_document_states_each_arm_mean(arm):
+    row = next(line for line in _section_c() if line.startswith(f"| {arm} | "))
+    _assert_arm_row(row, SUMMARY_C["arms"][arm]["metrics"], ("reward", "format %", "accuracy %", "entropy"))
+
+
+def test_study_c_document_states_each_paired_difference_and_the_readme_its_reward():
+    _assert_pair_rows(_section_c(), SUMMARY_C["pairs"])
+    reward = next(p["diff"] for p in SUMMARY_C["pairs"] if p["metric"] == "reward")
+    assert f"({_interval(reward, 2, sign=True)} of 20)" in _flat(ROOT / "README.md")
+
+
+def test_study_c_per_run_table_is_the_scripts():
+    """The document's per-run table is `analyze_preregistered.py runs` on the committed runs, line for line."""
+    table = _analysis().runs_table(STUDY_C)
+    assert len(table) == 2 + 24
+    section = _section_c()
+    for line in table:
+        assert line in section, line
+
+
+def test_study_c_secondary_and_post_hoc_figures():
+    """The per-arm secondary figures and the post-hoc pattern, recomputed from the metrics files by hand: mean length
+    and clipped share over steps 31-40; steps after step 2 with raw entropy above ln 2; format <= 10 % of 10 over the
+    last 10 steps; the seeds whose step-1 group had no full-format completion (format mean below 1.25, the least one
+    full-format completion gives: 10 / 8) and the first step each arm had one."""
+    import math
+
+    from gtpo.compare.stats import mean
+
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    runs = {
+        arm: {s: _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl") for s in SEEDS_C}
+        for arm in ("gtpo", "grpo")
+    }
+
+    def last10(rows: dict, key: str) -> float:
+        return mean([rows[t][key] for t in range(31, 41)])
+
+    length = {arm: mean([last10(rows, "completions/mean_length") for rows in runs[arm].values()]) for arm in runs}
+    clipped = {
+        arm: mean([100 * last10(rows, "completions/clipped_ratio") for rows in runs[arm].values()]) for arm in runs
+    }
+    assert f"{length['gtpo']:.1f} tokens (gtpo) against {length['grpo']:.1f} (grpo)" in doc
+    assert f"clipped share {clipped['gtpo']:.1f} % against {clipped['grpo']:.1f} %" in doc
+    high = {arm: sum(r["step"] > 2 and r["entropy"] > math.log(2) for rows in runs[arm].values() for r in rows.values())
+            for arm in runs}  # fmt: skip
+    assert f"for {high['gtpo']} steps in all in gtpo's and {high['grpo']} in grpo's" in doc
+    stalled = {arm: [s for s, rows in runs[arm].items() if 10 * last10(rows, "rewards/format_reward/mean") <= 10]
+               for arm in runs}  # fmt: skip
+    assert stalled == {"gtpo": [100, 104, 105, 108, 110], "grpo": []}
+    assert "**5 of 12 GTPO runs ended with format ≤ 10 % of its maximum** (seeds 100, 104, 105, 108, 110" in doc
+    assert "**0 of 12 GRPO runs**" in doc
+    p = _analysis().fisher_exact(5, 7, 0, 12)
+    assert f"two-sided Fisher p of {p:.3f}" in doc
+    no_full_first = [s for s in SEEDS_C if runs["gtpo"][s][1]["rewards/format_reward/mean"] < 1.25]
+    # "Step 1 is the same computation in both arms": the same eight completions, so the same rewards and lengths
+    for key in ("reward", "rewards/format_reward/mean", "completions/mean_length", "completions/max_length"):
+        assert [runs["gtpo"][s][1][key] for s in SEEDS_C] == [runs["grpo"][s][1][key] for s in SEEDS_C], key
+    assert no_full_first == [100, 104, 105, 106, 108, 110]
+    assert "In 6 seeds (100, 104, 105, 106, 108, 110) none of the 8 first completions had the full format" in doc
+
+    def first_full(rows: dict) -> int | None:
+        return next((t for t in sorted(rows) if rows[t]["rewards/format_reward/mean"] >= 1.25), None)
+
+    assert max(first_full(runs["grpo"][s]) for s in no_full_first) == 4
+    assert {s: first_full(runs["gtpo"][s]) for s in no_full_first} == {
+        100: None,
+        104: None,
+        105: None,
+        106: 12,
+        108: None,
+        110: None,
+    }
+    assert "GRPO found the full format by step 2–4 in all six; GTPO in one (seed 106, at step 12)" in doc
+    # study B's code on seed 100: the partial-format reward only, at steps 4-6
+    old = _last_steps(STUDY_C / "post-hoc/study-b-code/seed100/metrics.jsonl")
+    assert json.loads((STUDY_C / "post-hoc/study-b-code/seed100/run.json").read_text())["code"][
+        "git_commit"
+    ].startswith("ef70603")
+    assert [old[t]["rewards/format_reward/mean"] for t in (4, 5, 6)] == [1.0, 1.0, 1.0]
+
+
+def test_study_c_post_hoc_ablations_are_the_committed_runs():
+    """The ablation sentence of study C's post-hoc section, from the committed 10-step runs: the first step with a
+    full-format completion (format mean >= 1.25) per seed, without the entropy terms and without the conflict
+    correction, and the step-10 entropy range of the stalled GTPO runs against GRPO's."""
+    stalled = [100, 104, 105, 108, 110]
+
+    def first_full(path: Path) -> int | None:
+        rows = _last_steps(path / "metrics.jsonl")
+        assert sorted(rows) == list(range(1, 11)), path
+        return next((t for t in range(1, 11) if rows[t]["rewards/format_reward/mean"] >= 1.25), None)
+
+    gamma0 = {s: first_full(STUDY_C / f"post-hoc/gamma0/seed{s}") for s in stalled}
+    no_cc = {s: first_full(STUDY_C / f"post-hoc/no-conflict-correction/seed{s}") for s in stalled}
+    assert gamma0 == dict.fromkeys(stalled)
+    assert no_cc == {100: 5, 104: 2, 105: 2, 108: None, 110: 2}
+    for variant in ("gamma0", "no-conflict-correction"):
+        for s in stalled:
+            run = json.loads((STUDY_C / f"post-hoc/{variant}/seed{s}/run.json").read_text())
+            assert run["code"]["git_commit"] == (STUDY_C / "code-commit").read_text().strip()
+            # step 1 is study C's own step 1 (same code, seed and settings)
+            mine = _last_steps(STUDY_C / f"post-hoc/{variant}/seed{s}/metrics.jsonl")[1]
+            theirs = _last_steps(STUDY_C / f"runs/gtpo/seed{s}/metrics.jsonl")[1]
+            assert mine["completions/mean_length"] == theirs["completions/mean_length"]
+            assert mine["reward"] == theirs["reward"]
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert "0 of 5 found the full format in 10 steps, as GTPO;" in doc
+    assert "4 of 5 did (seeds 100, 104, 105, 110, at steps 5, 2, 2, 2; seed 108 not)" in doc
+    entropy = {arm: [_last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")[10]["entropy"] for s in stalled]
+               for arm in ("gtpo", "grpo")}  # fmt: skip
+    gtpo_range = f"{min(entropy['gtpo']):.3f}–{max(entropy['gtpo']):.2f}"
+    grpo_range = f"{min(entropy['grpo']):.2f}–{max(entropy['grpo']):.2f}"
+    assert f"{gtpo_range} nats at step 10 in the five stalled GTPO runs, {grpo_range} in GRPO's" in doc
