@@ -479,3 +479,19 @@ def test_study_c_post_hoc_ablations_are_the_committed_runs():
     gtpo_range = f"{min(entropy['gtpo']):.3f}–{max(entropy['gtpo']):.2f}"
     grpo_range = f"{min(entropy['grpo']):.2f}–{max(entropy['grpo']):.2f}"
     assert f"{gtpo_range} nats at step 10 in the five stalled GTPO runs, {grpo_range} in GRPO's" in doc
+
+
+def test_inspect_doc_states_where_the_collapse_warning_fired_in_study_c():
+    """docs/inspect.md's study C line: the steps at which each run's own `monitor/collapse_warning` first turned 1."""
+    fired = {}
+    for arm in ("gtpo", "grpo"):
+        for s in SEEDS_C:
+            rows = _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")
+            step = next((t for t in sorted(rows) if rows[t]["monitor/collapse_warning"] == 1), None)
+            if step is not None:
+                fired.setdefault(arm, []).append((s, step))
+    doc = _flat(ROOT / "docs" / "inspect.md")
+    for arm, name in (("gtpo", "GTPO"), ("grpo", "GRPO")):
+        seeds = ", ".join(str(s) for s, _ in fired[arm])
+        steps = ", ".join(str(t) for _, t in fired[arm])
+        assert f"{len(fired[arm])} {name} runs (seeds {seeds} at steps {steps})" in doc, arm
