@@ -373,7 +373,7 @@ def test_study_c_document_states_each_arm_mean(arm):
 def test_study_c_document_states_each_paired_difference_and_the_readme_its_reward():
     _assert_pair_rows(_section_c(), SUMMARY_C["pairs"])
     reward = next(p["diff"] for p in SUMMARY_C["pairs"] if p["metric"] == "reward")
-    assert f"({_interval(reward, 2, sign=True)} of 20)" in _flat(ROOT / "README.md")
+    assert f"({_interval(reward, 2, sign=True)} of 20, a secondary outcome)" in _flat(ROOT / "README.md")
 
 
 def test_study_c_per_run_table_is_the_scripts():
