@@ -203,7 +203,8 @@ def run_row(run: Path) -> dict | None:
     criterion's count (steps of the last 10 with >= 50 % clipped), the steps after step 2 whose raw entropy exceeded
     ln 2 with their maximum, the most clipped step, and the summed ``step_time`` (training compute, without the
     gaps of an interrupted run). None for a run that is not finished with 40 steps."""
-    if runaway(run) is None:
+    ran_away = runaway(run)
+    if ran_away is None:
         return None
     rows = [row for _, row in sorted(_steps(run / "metrics.jsonl").items())]
     last = rows[-RUNAWAY_WINDOW:]
@@ -219,7 +220,7 @@ def run_row(run: Path) -> dict | None:
         "length": mean_of("completions/mean_length"),
         "clipped %": mean_of("completions/clipped_ratio", 100.0),
         "steps >= 50 % clipped, last 10": sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last),
-        "ran away": runaway(run),
+        "ran away": ran_away,
         "entropy > ln 2 after step 2, steps": [int(row["step"]) for row in high],
         "entropy > ln 2 after step 2, max": max((row["entropy"] for row in high), default=None),
         "most clipped in a step %": 100.0 * max(row["completions/clipped_ratio"] for row in rows),
