@@ -5,6 +5,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py d studies/smollm2-synthetic-lr2e-4-d   # study D: pass@1
     .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
     .venv/bin/python scripts/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c  # per-run table
+    .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -276,6 +277,42 @@ def study_d(study: Path) -> dict:
     return result
 
 
+HELDOUT_KEYS = (
+    ("mean_length", 1.0, "held-out mean length (tokens)"),
+    ("truncated_frac", 100.0, "held-out cut at the limit (%)"),
+)
+
+
+def heldout(study: Path) -> dict:
+    """Secondary outcome of study D (its PREREGISTRATION.md, "Secondary outcomes"): held-out mean completion length and
+    share of completions cut at the token limit, from each run's ``eval/synthetic/results.json`` (``mean_length``;
+    ``truncated_frac`` in %): per arm the mean with its 95 % t-interval, and the paired gtpo - grpo difference over
+    the seeds where both arms' evaluations are complete."""
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    for key, scale, _ in HELDOUT_KEYS:
+        values[key] = {}
+        for arm in ARMS:
+            per_seed = {}
+            for seed in _seeds(study, arm):
+                path = study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic" / "results.json"
+                try:
+                    per_seed[seed] = scale * float(json.loads(path.read_text())[key])
+                except (OSError, ValueError, KeyError):
+                    continue
+            values[key][arm] = per_seed
+    result = {}
+    for key, _, label in HELDOUT_KEYS:
+        gtpo, grpo = values[key]["gtpo"], values[key]["grpo"]
+        seeds = sorted(set(gtpo) & set(grpo))
+        result[label] = {
+            "seeds": seeds,
+            "gtpo": mean_interval([gtpo[s] for s in seeds]).as_dict(),
+            "grpo": mean_interval([grpo[s] for s in seeds]).as_dict(),
+            "gtpo - grpo": mean_interval([gtpo[s] - grpo[s] for s in seeds]).as_dict(),
+        }
+    return result
+
+
 def power_table() -> list[str]:
     lines = ["Study C: Fisher's exact test, 12 runs against 12, alpha 0.05 (exact enumeration)"]
     for p1, p2 in ((0.0, 2 / 3), (0.1, 0.5), (0.0, 0.5), (0.1, 2 / 3)):
@@ -297,8 +334,8 @@ def power_table() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "power", "runs"))
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d and runs)")
+    parser.add_argument("what", choices=("c", "d", "power", "runs", "heldout"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, runs, heldout)")
     args = parser.parse_args(argv)
     if args.what == "power":
         print("\n".join(power_table()))
@@ -308,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "runs":
         print("\n".join(runs_table(args.study)))
         return 0
-    result = study_c(args.study) if args.what == "c" else study_d(args.study)
+    result = {"c": study_c, "d": study_d, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))
     return 0
 

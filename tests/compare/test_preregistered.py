@@ -182,3 +182,34 @@ def test_per_run_table_skips_unfinished_runs(tmp_path):
     table = analysis.runs_table(tmp_path)
     assert [line.split(" | ")[0] for line in table[2:]] == ["| gtpo/seed1"]
     assert table[2].startswith("| gtpo/seed1 | 1.00 | 100.0 | 0.10 | 20.0 | 0 % | 0 | no | – | 0 % |")
+
+
+def test_heldout_secondary_reproduces_study_a_post_hoc_length_figures():
+    """Study D's registered secondary (held-out length and truncation, paired) computed by ``heldout`` on study A's
+    committed evaluations gives the figures study A's document states for them (computed by hand, with t = 2.776, when
+    study B ended): 32.5 [32.0, 33.0] against 35.5 [32.9, 38.2] tokens, paired −3.03 [−5.57, −0.48]; 0.23 % [0.02,
+    0.43] against 3.70 [−0.08, 7.48], paired −3.48 [−7.36, 0.41]."""
+    result = analysis.heldout(ROOT / "studies" / "smollm2-synthetic-lr2e-4")
+
+    def text(d: dict, digits: int) -> str:
+        return f"{d['mean']:.{digits}f} [{d['low']:.{digits}f}, {d['high']:.{digits}f}]"
+
+    length, cut = result["held-out mean length (tokens)"], result["held-out cut at the limit (%)"]
+    assert length["seeds"] == cut["seeds"] == [0, 1, 2, 3, 4]
+    assert (text(length["gtpo"], 1), text(length["grpo"], 1)) == ("32.5 [32.0, 33.0]", "35.5 [32.9, 38.2]")
+    assert text(length["gtpo - grpo"], 2) == "-3.03 [-5.57, -0.48]"
+    assert (text(cut["gtpo"], 2), text(cut["grpo"], 2)) == ("0.23 [0.02, 0.43]", "3.70 [-0.08, 7.48]")
+    assert text(cut["gtpo - grpo"], 2) == "-3.48 [-7.36, 0.41]"
+
+
+def test_heldout_pairs_only_seeds_with_both_evaluations(tmp_path):
+    """A seed whose grpo evaluation is missing (still running) is left out of every figure, not paired with nothing."""
+    for arm, seed, length in (("gtpo", 1, 30.0), ("grpo", 1, 40.0), ("gtpo", 2, 20.0), ("gtpo", 3, 10.0),
+                              ("grpo", 3, 14.0)):  # fmt: skip
+        folder = tmp_path / "runs" / arm / f"seed{seed}" / "eval" / "synthetic"
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps({"mean_length": length, "truncated_frac": 0.0}))
+    length = analysis.heldout(tmp_path)["held-out mean length (tokens)"]
+    assert length["seeds"] == [1, 3]
+    assert length["gtpo"]["mean"] == 20.0 and length["grpo"]["mean"] == 27.0
+    assert length["gtpo - grpo"]["mean"] == -7.0  # (-10 + -4) / 2
