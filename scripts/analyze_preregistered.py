@@ -161,15 +161,26 @@ def _steps(metrics: Path) -> dict[int, dict]:
     return steps
 
 
-def runaway(run: Path) -> bool | None:
-    """Whether a finished run ran away (module docstring); None for a run that is not finished with 40 steps."""
+def _finished_rows(run: Path) -> list[dict] | None:
+    """A finished run's logged steps in order (the last record of each); None for a run that is not finished with
+    40 steps."""
     if not _finished(run) or not (run / "metrics.jsonl").is_file():
         return None
     steps = _steps(run / "metrics.jsonl")
     if sorted(steps)[-1:] != [MAX_STEPS]:
         return None
-    last = [steps[s] for s in sorted(steps)[-RUNAWAY_WINDOW:]]
+    return [steps[s] for s in sorted(steps)]
+
+
+def _ran_away(rows: list[dict]) -> bool:
+    last = rows[-RUNAWAY_WINDOW:]
     return sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last) >= RUNAWAY_STEPS
+
+
+def runaway(run: Path) -> bool | None:
+    """Whether a finished run ran away (module docstring); None for a run that is not finished with 40 steps."""
+    rows = _finished_rows(run)
+    return None if rows is None else _ran_away(rows)
 
 
 def _seeds(study: Path, arm: str) -> list[int]:
@@ -204,10 +215,9 @@ def run_row(run: Path) -> dict | None:
     criterion's count (steps of the last 10 with >= 50 % clipped), the steps after step 2 whose raw entropy exceeded
     ln 2 with their maximum, the most clipped step, and the summed ``step_time`` (training compute, without the
     gaps of an interrupted run). None for a run that is not finished with 40 steps."""
-    ran_away = runaway(run)
-    if ran_away is None:
+    rows = _finished_rows(run)
+    if rows is None:
         return None
-    rows = [row for _, row in sorted(_steps(run / "metrics.jsonl").items())]
     last = rows[-RUNAWAY_WINDOW:]
 
     def mean_of(key: str, scale: float = 1.0) -> float:
@@ -221,7 +231,7 @@ def run_row(run: Path) -> dict | None:
         "length": mean_of("completions/mean_length"),
         "clipped %": mean_of("completions/clipped_ratio", 100.0),
         "steps >= 50 % clipped, last 10": sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last),
-        "ran away": ran_away,
+        "ran away": _ran_away(rows),
         "entropy > ln 2 after step 2, steps": [int(row["step"]) for row in high],
         "entropy > ln 2 after step 2, max": max((row["entropy"] for row in high), default=None),
         "most clipped in a step %": 100.0 * max(row["completions/clipped_ratio"] for row in rows),
@@ -255,11 +265,18 @@ def runs_table(study: Path) -> list[str]:
     return lines
 
 
-def pass_at_1(run: Path) -> float | None:
-    path = run / "eval" / "synthetic" / "results.json"
+def _eval_results(run: Path) -> dict:
+    """The run's held-out ``eval/synthetic/results.json``; {} while it is missing or unreadable (not evaluated yet)."""
     try:
-        return 100 * float(json.loads(path.read_text())["pass@k"]["1"])
-    except (OSError, ValueError, KeyError):
+        return json.loads((run / "eval" / "synthetic" / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pass_at_1(run: Path) -> float | None:
+    try:
+        return 100 * float(_eval_results(run)["pass@k"]["1"])
+    except (KeyError, ValueError):
         return None
 
 
@@ -288,18 +305,15 @@ def heldout(study: Path) -> dict:
     share of completions cut at the token limit, from each run's ``eval/synthetic/results.json`` (``mean_length``;
     ``truncated_frac`` in %): per arm the mean with its 95 % t-interval, and the paired gtpo - grpo difference over
     the seeds where both arms' evaluations are complete."""
-    values: dict[str, dict[str, dict[int, float]]] = {}
-    for key, scale, _ in HELDOUT_KEYS:
-        values[key] = {}
-        for arm in ARMS:
-            per_seed = {}
-            for seed in _seeds(study, arm):
-                path = study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic" / "results.json"
+    values: dict[str, dict[str, dict[int, float]]] = {key: {arm: {} for arm in ARMS} for key, _, _ in HELDOUT_KEYS}
+    for arm in ARMS:
+        for seed in _seeds(study, arm):
+            results = _eval_results(study / "runs" / arm / f"seed{seed}")  # read once for both keys
+            for key, scale, _ in HELDOUT_KEYS:
                 try:
-                    per_seed[seed] = scale * float(json.loads(path.read_text())[key])
-                except (OSError, ValueError, KeyError):
+                    values[key][arm][seed] = scale * float(results[key])
+                except (KeyError, ValueError):
                     continue
-            values[key][arm] = per_seed
     result = {}
     for key, _, label in HELDOUT_KEYS:
         gtpo, grpo = values[key]["gtpo"], values[key]["grpo"]
