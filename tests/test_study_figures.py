@@ -6,6 +6,7 @@ the files, fails here instead of going stale."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
@@ -319,6 +320,18 @@ def _last_steps(metrics: Path) -> dict[int, dict]:
     return {row["step"]: row for row in _steps(metrics)}
 
 
+@functools.cache
+def _c_run(arm: str, seed: int) -> dict[int, dict]:
+    """Study C's run ``arm/seed<seed>``, step -> its last record; read once for all the tests below."""
+    return _last_steps(STUDY_C / f"runs/{arm}/seed{seed}/metrics.jsonl")
+
+
+def _first_full_format(rows: dict[int, dict]) -> int | None:
+    """The first step whose group had a full-format completion: format mean >= 1.25, the least one gives (10 / 8;
+    eight partial credits give 1.0)."""
+    return next((t for t in sorted(rows) if rows[t]["rewards/format_reward/mean"] >= 1.25), None)
+
+
 def test_study_c_is_complete_with_twelve_paired_seeds():
     assert SUMMARY_C["finished_runs"] == SUMMARY_C["total_runs"] == 24
     for arm in ("gtpo", "grpo"):
@@ -334,13 +347,7 @@ def test_study_c_primary_outcome_is_the_registered_rule_and_documented():
 
     ran_away = {
         arm: [
-            s
-            for s in SEEDS_C
-            if sum(
-                _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")[t]["completions/clipped_ratio"] >= 0.5
-                for t in range(31, 41)
-            )
-            >= 6
+            s for s in SEEDS_C if sum(_c_run(arm, s)[t]["completions/clipped_ratio"] >= 0.5 for t in range(31, 41)) >= 6
         ]
         for arm in ("gtpo", "grpo")
     }
@@ -395,10 +402,7 @@ def test_study_c_secondary_and_post_hoc_figures():
     from gtpo.compare.stats import mean
 
     doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
-    runs = {
-        arm: {s: _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl") for s in SEEDS_C}
-        for arm in ("gtpo", "grpo")
-    }
+    runs = {arm: {s: _c_run(arm, s) for s in SEEDS_C} for arm in ("gtpo", "grpo")}
 
     def last10(rows: dict, key: str) -> float:
         return mean([rows[t][key] for t in range(31, 41)])
@@ -425,12 +429,8 @@ def test_study_c_secondary_and_post_hoc_figures():
         assert [runs["gtpo"][s][1][key] for s in SEEDS_C] == [runs["grpo"][s][1][key] for s in SEEDS_C], key
     assert no_full_first == [100, 104, 105, 106, 108, 110]
     assert "In 6 seeds (100, 104, 105, 106, 108, 110) none of the 8 first completions had the full format" in doc
-
-    def first_full(rows: dict) -> int | None:
-        return next((t for t in sorted(rows) if rows[t]["rewards/format_reward/mean"] >= 1.25), None)
-
-    assert max(first_full(runs["grpo"][s]) for s in no_full_first) == 4
-    assert {s: first_full(runs["gtpo"][s]) for s in no_full_first} == {
+    assert max(_first_full_format(runs["grpo"][s]) for s in no_full_first) == 4
+    assert {s: _first_full_format(runs["gtpo"][s]) for s in no_full_first} == {
         100: None,
         104: None,
         105: None,
@@ -456,7 +456,7 @@ def test_study_c_post_hoc_ablations_are_the_committed_runs():
     def first_full(path: Path) -> int | None:
         rows = _last_steps(path / "metrics.jsonl")
         assert sorted(rows) == list(range(1, 11)), path
-        return next((t for t in range(1, 11) if rows[t]["rewards/format_reward/mean"] >= 1.25), None)
+        return _first_full_format(rows)
 
     gamma0 = {s: first_full(STUDY_C / f"post-hoc/gamma0/seed{s}") for s in stalled}
     no_cc = {s: first_full(STUDY_C / f"post-hoc/no-conflict-correction/seed{s}") for s in stalled}
@@ -468,14 +468,13 @@ def test_study_c_post_hoc_ablations_are_the_committed_runs():
             assert run["code"]["git_commit"] == (STUDY_C / "code-commit").read_text().strip()
             # step 1 is study C's own step 1 (same code, seed and settings)
             mine = _last_steps(STUDY_C / f"post-hoc/{variant}/seed{s}/metrics.jsonl")[1]
-            theirs = _last_steps(STUDY_C / f"runs/gtpo/seed{s}/metrics.jsonl")[1]
+            theirs = _c_run("gtpo", s)[1]
             assert mine["completions/mean_length"] == theirs["completions/mean_length"]
             assert mine["reward"] == theirs["reward"]
     doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
     assert "0 of 5 found the full format in 10 steps, as GTPO;" in doc
     assert "4 of 5 did (seeds 100, 104, 105, 110, at steps 5, 2, 2, 2; seed 108 not)" in doc
-    entropy = {arm: [_last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")[10]["entropy"] for s in stalled]
-               for arm in ("gtpo", "grpo")}  # fmt: skip
+    entropy = {arm: [_c_run(arm, s)[10]["entropy"] for s in stalled] for arm in ("gtpo", "grpo")}
     gtpo_range = f"{min(entropy['gtpo']):.3f}–{max(entropy['gtpo']):.2f}"
     grpo_range = f"{min(entropy['grpo']):.2f}–{max(entropy['grpo']):.2f}"
     assert f"{gtpo_range} nats at step 10 in the five stalled GTPO runs, {grpo_range} in GRPO's" in doc
@@ -486,7 +485,7 @@ def test_inspect_doc_states_where_the_collapse_warning_fired_in_study_c():
     fired = {}
     for arm in ("gtpo", "grpo"):
         for s in SEEDS_C:
-            rows = _last_steps(STUDY_C / f"runs/{arm}/seed{s}/metrics.jsonl")
+            rows = _c_run(arm, s)
             step = next((t for t in sorted(rows) if rows[t]["monitor/collapse_warning"] == 1), None)
             if step is not None:
                 fired.setdefault(arm, []).append((s, step))
