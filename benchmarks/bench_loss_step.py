@@ -200,15 +200,23 @@ def main(argv=None) -> None:
 
         setattr(core, name, timed)
     times = {arm: {"forward": [], "backward": [], "own": []} for arm in trainers}
+
+    def sync():  # CUDA runs asynchronously: a host clock read without it times the launches, not the work
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     for rep in range(options.reps + 1):  # repetition 0 warms up
         for arm, (trainer, batch) in trainers.items():
             own["t"] = 0.0
             trainer.model.zero_grad(set_to_none=True)
+            sync()
             start = time.perf_counter()
             loss = trainer.compute_loss(trainer.model, batch)
+            sync()
             forward = time.perf_counter() - start
             start = time.perf_counter()
             loss.backward()
+            sync()
             backward = time.perf_counter() - start
             if rep:
                 times[arm]["forward"].append(forward)

@@ -138,3 +138,48 @@ def test_untempered_kernel_makes_one_projection_per_tile(monkeypatch):
     reference = _two_pass(hidden.detach(), weight.detach(), None, targets, 0.7, None, 1.0)
     torch.testing.assert_close(out[1], reference[1], atol=1e-5, rtol=1e-5)  # the temperature-1 entropy
     torch.testing.assert_close(out[0], reference[0], atol=1e-5, rtol=1e-5)  # the tempered log-probs
+
+
+def _float64_reference(hidden, weight, bias, targets, temperature, softcap, scale):
+    """Brute force in float64 on the CPU: the whole (N, V) logit matrix, log-softmax at T and at 1."""
+    logits = hidden.detach().double().cpu() @ weight.detach().double().cpu().t() + bias.detach().double().cpu()
+    logits = logits * scale
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    log_p_t = torch.log_softmax(logits / temperature, dim=-1)
+    log_p_1 = torch.log_softmax(logits, dim=-1)
+    entropy = -(log_p_1.exp() * log_p_1).sum(-1)
+    return log_p_t.gather(1, targets.cpu().unsqueeze(1)).squeeze(1), entropy
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("temperature", [0.5, 0.7])
+@pytest.mark.parametrize(("softcap", "scale"), [(None, 1.0), (30.0, 0.8)])
+def test_triton_branch_on_cuda_equals_two_passes_and_float64(temperature, softcap, scale):
+    """The Triton branch with TRL's real kernels (the CPU tests mock them): one pass equals TRL's kernel run twice
+    within 1e-5 (forward) and 1e-5 relative (gradients), and both equal a float64 brute force within 1e-4."""
+    device = torch.device("cuda")
+    assert trl_kernel._use_triton(device), "CUDA without Triton: this test is for TRL's Triton kernels"
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's float32 default; the float64 tolerance assumes it
+    hidden, weight, bias, targets = (
+        x.detach().to(device).requires_grad_(x.requires_grad) for x in _inputs(seed=2, tokens=600, vocab=70000)
+    )  # 600 tokens: more than one token tile of TRL's; 70,000 columns: tiles of 32,768 and a ragged last one
+    ours = lm_head.token_scores(
+        hidden, weight, bias, targets, temperature, softcap=softcap, logit_scale=scale, differentiable_entropy=True
+    )
+    log_probs, entropy, sampling_entropy = _two_pass(hidden, weight, bias, targets, temperature, softcap, scale)
+    assert ours.log_probs.is_cuda and torch.isfinite(ours.log_probs).all() and torch.isfinite(ours.entropy).all()
+    torch.testing.assert_close(ours.log_probs, log_probs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.entropy, entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.sampling_entropy, sampling_entropy, atol=1e-5, rtol=1e-5)
+    exact_log_probs, exact_entropy = _float64_reference(hidden, weight, bias, targets, temperature, softcap, scale)
+    torch.testing.assert_close(ours.log_probs.double().cpu(), exact_log_probs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ours.entropy.double().cpu(), exact_entropy, atol=1e-4, rtol=1e-4)
+    weights = torch.linspace(-1, 1, len(targets), device=device)
+    ours_grads = torch.autograd.grad((ours.log_probs * weights).sum() + ours.entropy.sum(), (hidden, weight, bias))
+    reference = torch.autograd.grad((log_probs * weights).sum() + entropy.sum(), (hidden, weight, bias))
+    for got, expected in zip(ours_grads, reference, strict=True):
+        assert torch.isfinite(got).all()
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-5
+    assert (entropy - sampling_entropy).abs().max() > 1e-2  # the control, as on the CPU

@@ -96,16 +96,30 @@ def _trl(trainer, model, ids, mask, **kwargs):
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
 def test_packed_scores_and_gradients_equal_trl_padded_ones(tmp_path, tiny_model_path, peft):
+    _check_packed_equals_trl_padded(tmp_path, tiny_model_path, peft, use_cpu=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_packed_scores_and_gradients_equal_trl_padded_ones_on_cuda(tmp_path, tiny_model_path, peft):
+    """The same on CUDA in float32: sdpa's CUDA kernels with the packed 4D mask, TRL's Triton head on both sides."""
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's default for float32, which the tolerances assume
+    _check_packed_equals_trl_padded(tmp_path, tiny_model_path, peft, use_cpu=False)
+
+
+def _check_packed_equals_trl_padded(tmp_path, tiny_model_path, peft, use_cpu):
     from peft import LoraConfig
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False) if peft else None
     trainer = GTPOTrainer(
         model=tiny_model_path, reward_funcs=table_reward, train_dataset=make_dataset(8), peft_config=config,
-        args=GTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=4,
+        args=GTPOConfig(output_dir=str(tmp_path), use_cpu=use_cpu, bf16=False, report_to=[], num_generations=4,
                         per_device_train_batch_size=8, max_completion_length=K),
     )  # fmt: skip
     model = trainer.model
-    ids, mask = _batch(model.config.vocab_size)
+    assert model.device.type == ("cpu" if use_cpu else "cuda")
+    ids, mask = (x.to(model.device) for x in _batch(model.config.vocab_size))
     packed = shared_prefix.pack(ids, mask, K)
     assert packed.prompts == 3 and packed.input_ids.size(1) == 6 + 3 + 4 + 27  # prefixes + completion tokens
 
@@ -117,7 +131,7 @@ def test_packed_scores_and_gradients_equal_trl_padded_ones(tmp_path, tiny_model_
     assert (entropies - trl_entropies).abs().max().item() <= tolerance
     assert (logps[mask[:, PROMPT:] == 0] == 0).all()  # padding scores 0, as TRL's
 
-    weights = torch.randn(8, K, generator=torch.Generator().manual_seed(1))
+    weights = torch.randn(8, K, generator=torch.Generator().manual_seed(1)).to(model.device)
     gradients = []
     for score in (trainer._get_per_token_logps_and_entropies, lambda *a, **k: _trl(trainer, *a[:3], **k)):
         model.zero_grad()
