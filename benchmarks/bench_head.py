@@ -32,6 +32,11 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def seconds(value: float) -> str:
+    """A duration with 4 significant digits: seconds on a CPU, milliseconds where a GPU makes them small."""
+    return f"{value:.3f} s" if value >= 1 else f"{1e3 * value:.4g} ms"
+
+
 def main(argv=None) -> None:
     import torch
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
@@ -104,7 +109,7 @@ def main(argv=None) -> None:
     )
     for kind in ("forward", "forward+backward"):
         base = statistics.median(times[("trl", kind)])
-        cells = [f"{name} {statistics.median(times[(name, kind)]):.3f} s" for name in arms]
+        cells = [f"{name} {seconds(statistics.median(times[(name, kind)]))}" for name in arms]
         ratios = [f"{name}/trl {statistics.median(times[(name, kind)]) / base:.3f}" for name in arms if name != "trl"]
         print(f"{kind:17s} " + ", ".join(cells) + " | " + ", ".join(ratios))
 

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_loss_step.py --shape default   # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
     python benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7   # vocabulary 151,936, 2 layers
+    python benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7      # Qwen2.5-1.5B's config, on a GPU
     python benchmarks/bench_loss_step.py --arms gtpo gtpo-bf16 trl   # float32 against bfloat16 (`dtype: auto`)
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
@@ -20,7 +21,9 @@ Shapes:
   the model (seed 0, at most 96 tokens, stopping at EOS), LoRA r = 16 on all seven projections, float32.
 - `paper-vocab`: Qwen2.5-1.5B's config with its 151,936-token vocabulary, reduced to 2 layers of width 256 with 4
   attention heads and 2 key-value heads (head dim 64), G = 8 completions of 128-256 random tokens after a
-  100-token prompt, full fine-tuning, float32 on CPU (bf16 on CUDA).
+  203-token prompt (60 words in the tiny tokenizer's chat template), full fine-tuning, float32 on CPU (bf16 on CUDA).
+- `qwen1.5b`: the same prompt and completions on Qwen2.5-1.5B's whole config (28 layers of width 1,536, 12 heads,
+  2 key-value heads, tied 151,936-token head), random weights, full fine-tuning; meant for a GPU (bf16).
 
 The roofline line divides the step's FLOPs by this machine's measured float32 matmul rate: the FLOPs that are
 needed (each prompt once, each completion token once, the LM head on scored positions) and those each arm's
@@ -35,9 +38,9 @@ import statistics
 import tempfile
 import time
 
-from bench_head import cpu_name
+from bench_head import cpu_name, seconds
 
-SHAPES = ("default", "paper-vocab")
+SHAPES = ("default", "paper-vocab", "qwen1.5b")
 ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
 
 
@@ -86,13 +89,19 @@ def _model_and_batch(shape: str, device: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = load_tokenizer("tiny")  # ids < 512 are valid in the 151,936-token vocabulary
+    if shape == "qwen1.5b":  # Qwen2.5-1.5B's config (its config.json), random weights
+        width = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                     num_key_value_heads=2, head_dim=128)  # fmt: skip
+    else:
+        width = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=64)  # fmt: skip
     config = Qwen2Config(
-        vocab_size=151936, hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        vocab_size=151936, **width, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
+    with torch.device(device):  # initialised where it runs: 1.5B parameters take minutes on a CPU
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
     words = " ".join(f"w{i}" for i in range(60))
     prompt = [{"role": "user", "content": f"Add these: {words}"}]
     generator = torch.Generator().manual_seed(0)
@@ -181,6 +190,10 @@ def main(argv=None) -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--arms", nargs="+", default=list(ARMS[:3]), choices=ARMS)
+    parser.add_argument(
+        "--profile", nargs="*", default=[], choices=ARMS,
+        help="after the timing, profile one forward + backward of these arms (torch.profiler, top ops by host time)",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
@@ -244,18 +257,28 @@ def main(argv=None) -> None:
     for arm, m in medians.items():
         ratio = (m["forward"] + m["backward"]) / (first["forward"] + first["backward"])
         print(
-            f"{arm:12s} forward {m['forward']:.3f} s (GTPO's own {1e3 * m['own']:.1f} ms), backward "
-            f"{m['backward']:.3f} s, forward+backward {m['forward'] + m['backward']:.3f} s = {ratio:.3f} x "
+            f"{arm:12s} forward {seconds(m['forward'])} (GTPO's own {1e3 * m['own']:.1f} ms), backward "
+            f"{seconds(m['backward'])}, forward+backward {seconds(m['forward'] + m['backward'])} = {ratio:.3f} x "
             f"{options.arms[0]} (weights {weight_dtype(trainers[arm][0])})"
         )
+    for arm in options.profile:
+        trainer, batch = trainers[arm]
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as profiler:
+            trainer.compute_loss(trainer.model, batch).backward()
+            sync()
+        print(f"profile of {arm} (one forward + backward):")
+        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     config = base.config
     needed = _flops(config, prompt_tokens, lengths, None)
     padded = _flops(config, prompt_tokens, lengths, int(batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)))
     best = min(m["forward"] + m["backward"] for m in medians.values())
     print(
         f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured; needed {needed / 1e9:.1f} GFLOP -> "
-        f"{needed / rate:.3f} s, "
-        f"TRL's padded layout {padded / 1e9:.1f} GFLOP -> {padded / rate:.3f} s; fastest arm {best:.3f} s "
+        f"{seconds(needed / rate)}, "
+        f"TRL's padded layout {padded / 1e9:.1f} GFLOP -> {seconds(padded / rate)}; fastest arm {seconds(best)} "
         f"= {needed / rate / best:.0%} of the matmul roofline"
     )
 
