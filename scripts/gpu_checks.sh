@@ -4,9 +4,11 @@
 #      real kernels (the CPU tests mock them), the packed layout against TRL's padded one on CUDA;
 #   2. the LM-head benchmark at Qwen2.5-1.5B's head shape (bf16), at T = 0.7: TRL's kernel once, twice, ours once;
 #   3. the step's forward + backward (bf16), T = 0.7 and 1, TRL against GTPO, at the paper-vocabulary shape and at
-#      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs).
+#      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs);
+#   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
+#   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e
 # Every figure it prints carries the device's name; compare arms only within one run.
 set -u
 log_dir=${1:-.gpu-checks}
@@ -14,6 +16,9 @@ python=${PYTHON:-python3}
 mkdir -p "$log_dir"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+groups=" ${GPU_CHECKS:-tests head step e2e} "
+want() { [[ $groups == *" $1 "* ]]; }
 
 step() {  # step NAME COMMAND...: run, log to LOG_DIR/NAME.log, remember the exit status
     local name=$1
@@ -37,24 +42,49 @@ for name in ("triton", "transformers", "trl", "peft", "accelerate", "datasets", 
         print(f"{name} missing")
 subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False)
 EOF
-step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
+want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
     tests/core/test_core.py tests/core/test_core_loss.py tests/trainer/test_lm_head.py \
     tests/trainer/test_shared_prefix.py
-step head-logprob "$python" benchmarks/bench_head.py --reps 20
-step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
-step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
-step step-t07 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7 --reps 20 \
+want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
+want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
+want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
+want step && step step-t07 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7 --reps 20 \
     --profile gtpo gtpo-padded
-step step-t1 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 1.0 --reps 20
-step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 10 \
+want step && step step-t1 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 1.0 --reps 20
+want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 10 \
     --profile gtpo gtpo-padded
-step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 10
+want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 10
+# 4. End to end on CUDA with the command a user runs: GTPO training of the tiny model (dtype auto: bf16 on a GPU) at
+#    T = 0.7, then the transformers evaluation backend on the trained adapter.
+want e2e && rm -rf "$log_dir/e2e-run" "$log_dir/e2e-eval"
+want e2e && step e2e-train "$python" -m gtpo.cli train --model_name_or_path tiny --max_steps 3 --num_generations 4 \
+    --per_device_train_batch_size 4 --max_completion_length 24 --initial_entropy_prompts 2 --num_examples 16 \
+    --temperature 0.7 --output_dir "$log_dir/e2e-run"
+want e2e && step e2e-eval "$python" -m gtpo.cli eval --model "$log_dir/e2e-run/model" --task synthetic -n 4 --limit 8 \
+    --max-new-tokens 24 --output-dir "$log_dir/e2e-eval" --no-progress --seed 7
+want e2e && step e2e-check "$python" - "$log_dir" <<'EOF_CHECK'
+import json, math, sys
+from pathlib import Path
+run = Path(sys.argv[1]) / "e2e-run"
+rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+steps = [row for row in rows if "reward" in row]
+assert [row["step"] for row in steps] == [1, 2, 3], [row.get("step") for row in steps]
+assert all(math.isfinite(row["loss"]) for row in steps), [row["loss"] for row in steps]
+record = json.loads((run / "run.json").read_text())
+print("e2e train: 3 steps, losses", [row["loss"] for row in steps], "| dtype", record.get("recipe", {}).get("dtype"),
+      "| bf16", record["args"]["GTPOConfig"].get("bf16"))
+results = sorted((Path(sys.argv[1]) / "e2e-eval").rglob("results.json"))
+assert results, "no results.json from gtpo eval"
+print("e2e eval:", results[0].read_text()[:300].replace("\n", " "))
+EOF_CHECK
 
 echo "== summary"
 cat "$log_dir/versions.log"
-tail -n 4 "$log_dir/tests.log"
+want tests && tail -n 4 "$log_dir/tests.log"
 for name in head-logprob head-differentiable head-16k step-t07 step-t1 qwen-t07 qwen-t1; do
+    [[ -f $log_dir/$name.log ]] || continue
     echo "-- $name"
     grep -E "^(device|forward|roofline|trl|gtpo)" "$log_dir/$name.log"
 done
+want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
 cat "$log_dir/status.txt"
