@@ -3,8 +3,10 @@
 Invariant: folding one logit tile at two temperatures gives the same log-probs (temperature T), entropies
 (temperature 1 and T) and gradients as running TRL's chunked kernel twice, once per temperature, within 1e-5
 (forward) and 1e-5 relative (gradients). Checked on the torch fold (CPU, full layout) and on the Triton branch
-with TRL's Triton kernels replaced by TRL's own torch tile functions (no Triton device here: this checks our
-statistics and gradient bookkeeping on that branch, not the kernels themselves).
+with TRL's Triton kernels replaced by TRL's own torch tile functions (CPU: this checks our statistics and gradient
+bookkeeping on that branch, not the kernels themselves); on a CUDA device the gpu-marked test runs the branch with
+TRL's real Triton kernels, against two passes and a float64 brute force (seen passing on an H200:
+benchmarks/measured/h200-2026-11-26).
 """
 
 from __future__ import annotations
