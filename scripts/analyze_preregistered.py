@@ -6,6 +6,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
     .venv/bin/python scripts/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c  # per-run table
     .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
+    .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -20,6 +21,14 @@ pre-registration's "Test and alpha" section registers it; the two-sided p is pri
 Study D (per run ``runs/<arm>/seed<S>/eval/synthetic/results.json``): held-out pass@1 in points, 100 x
 ``results["pass@k"]["1"]``; the primary outcome is the mean over seeds of gtpo - grpo with its 95 % t-interval
 (t_{0.975, n-1} from gtpo.compare.stats), over the seeds where both arms' evaluations are complete.
+
+Study E (per run ``runs/<arm>/seed<S>/metrics.jsonl``, steps 1-15): a step's group *had the full format* when its
+``rewards/format_reward/mean`` is >= 1.25 (one full-format completion of 8 scores 10 / 8; eight partial credits
+score 1.0); a run *stalled* when no step 1-15 did. Only finished runs with steps 1-15 logged count, in pairs (both
+arms of a seed). Test: McNemar's exact test on the pairs, one-sided (alternative: runs stall more often with the
+conflict correction, arm ``gtpo``, than without, arm ``gtpo-nocc``), alpha = 0.05. A seed whose step-1 group had the
+full format cannot stall in either arm (step 1 precedes any update, so both arms' first groups are the same), so
+only the seeds whose first group lacked it can be discordant.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ RUNAWAY_STEPS = 6  # of the last RUNAWAY_WINDOW steps
 RUNAWAY_WINDOW = 10
 MAX_STEPS = 40
 ARMS = ("gtpo", "grpo")
+E_ARMS = ("gtpo", "gtpo-nocc")  # study E: with and without the conflict correction (Eq. 5)
+E_STEPS = 15
+FULL_FORMAT_MEAN = 1.25  # a group of 8 with one full-format completion (10 points) scores >= 10 / 8; none: <= 1.0
+STEP1_KEYS = ("rewards/format_reward/mean", "completions/mean_length", "reward")  # the same first group in both arms
 _REL_TOL = 1 + 1e-7  # ties of hypergeometric probabilities, as R and scipy treat them
 
 
@@ -83,6 +96,32 @@ def fisher_power(n1: int, n2: int, p1: float, p2: float, alternative: str = "two
                     * p2**x2
                     * (1 - p2) ** (n2 - x2)
                 )
+    return power
+
+
+# ------------------------------------------------------------------------------------------- McNemar's exact test
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """One-sided p of McNemar's exact test: P(B >= b) for B ~ Binomial(b + c, 1/2). ``b`` counts the pairs where only
+    arm 1 had the outcome, ``c`` those where only arm 2 had it; concordant pairs carry no information. 1.0 when no
+    pair is discordant."""
+    n = b + c
+    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
+
+
+def mcnemar_power(n: int, p1: float, p2: float, alpha: float = ALPHA) -> float:
+    """Exact power of :func:`mcnemar_exact` (rejecting at p < alpha) with ``n`` pairs whose two outcomes are
+    independent given the pair, with probabilities p1 (arm 1) and p2 (arm 2): the multinomial probability of every
+    (b, c) it rejects."""
+    only_1, only_2 = p1 * (1 - p2), p2 * (1 - p1)
+    neither_or_both = 1 - only_1 - only_2
+    power = 0.0
+    for b in range(n + 1):
+        for c in range(n - b + 1):
+            if mcnemar_exact(b, c) < alpha:
+                ways = math.factorial(n) // (math.factorial(b) * math.factorial(c) * math.factorial(n - b - c))
+                power += ways * only_1**b * only_2**c * neither_or_both ** (n - b - c)
     return power
 
 
@@ -327,6 +366,61 @@ def heldout(study: Path) -> dict:
     return result
 
 
+def _first_steps(run: Path, last_step: int) -> dict[int, dict] | None:
+    """Steps 1..``last_step`` of a finished run (the last record of each); None unless it is finished with all of
+    them logged."""
+    if not _finished(run) or not (run / "metrics.jsonl").is_file():
+        return None
+    steps = _steps(run / "metrics.jsonl")
+    if any(step not in steps for step in range(1, last_step + 1)):
+        return None
+    return {step: steps[step] for step in range(1, last_step + 1)}
+
+
+def first_full_format(steps: dict[int, dict]) -> int | None:
+    """The first step whose group had a full-format completion (format mean >= 1.25), or None."""
+    return next((t for t in sorted(steps) if steps[t]["rewards/format_reward/mean"] >= FULL_FORMAT_MEAN), None)
+
+
+def study_e(study: Path, arms: tuple[str, str] = E_ARMS, last_step: int = E_STEPS) -> dict:
+    """Study E's primary outcome: runs that stalled (no full-format group in steps 1-``last_step``) per arm, over the
+    complete pairs, and McNemar's one-sided exact p (alternative: ``arms[0]`` stalls more often), as registered.
+    Secondary beside it: the seeds whose first group lacked the full format, the one-sided Fisher p of the 2x2 table
+    over them (pairing ignored), each run's first full-format step, and any seed whose two first groups differ."""
+    first, second = arms
+    pairs = {}
+    for seed in sorted(set(_seeds(study, first)) & set(_seeds(study, second))):
+        steps = [_first_steps(study / "runs" / arm / f"seed{seed}", last_step) for arm in arms]
+        if None not in steps:
+            pairs[seed] = steps
+    found = {arm: {seed: first_full_format(pairs[seed][i]) for seed in pairs} for i, arm in enumerate(arms)}
+    stalled = {arm: sorted(seed for seed, step in found[arm].items() if step is None) for arm in arms}
+    only_first = sorted(set(stalled[first]) - set(stalled[second]))
+    only_second = sorted(set(stalled[second]) - set(stalled[first]))
+    eligible = [s for s, (a, _) in pairs.items() if a[1]["rewards/format_reward/mean"] < FULL_FORMAT_MEAN]
+    result = {
+        "pairs": len(pairs),
+        "stalled": stalled,
+        "discordant": {f"{first} only": only_first, f"{second} only": only_second},
+        "first_group_without_full_format": eligible,
+        "first_group_differs": [
+            s for s, (a, b) in pairs.items() if any(a[1].get(k) != b[1].get(k) for k in STEP1_KEYS)
+        ],
+        "first_full_format_step": found,
+    }
+    if pairs:
+        result["p_one_sided"] = mcnemar_exact(len(only_first), len(only_second))  # the primary test
+        result["reject"] = result["p_one_sided"] < ALPHA
+    if eligible:  # secondary: Fisher over the seeds that could stall, pairing ignored
+        n, x1, x2 = len(eligible), len(stalled[first]), len(stalled[second])
+        result["fisher_one_sided_secondary"] = fisher_exact(x2, n - x2, x1, n - x1, alternative="less")
+    return result
+
+
+E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
+E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
+
+
 def power_table() -> list[str]:
     lines = ["Study C: Fisher's exact test, 12 runs against 12, alpha 0.05 (exact enumeration)"]
     for p1, p2 in ((0.0, 2 / 3), (0.1, 0.5), (0.0, 0.5), (0.1, 2 / 3)):
@@ -343,13 +437,19 @@ def power_table() -> list[str]:
                         (3, 1.0, "B, 3 pairs, in SDs of the paired difference")):  # fmt: skip
         lines.append(f"  {what}: {detectable_effect(sd, n):.2f}")
     lines.append(f"  B, Fisher two-sided, 3 against 3, smallest p possible: {fisher_exact(0, 3, 3, 0):.3f}")
+    lines.append(
+        "Study E: McNemar's exact test, one-sided, alpha 0.05, over the seeds whose first group lacks the format"
+    )
+    for n in E_POWER_PAIRS:
+        powers = ", ".join(f"{a:.2f}/{b:.2f} {mcnemar_power(n, a, b):.3f}" for a, b in E_POWER_RATES)
+        lines.append(f"  {n} such seeds, stall rates gtpo/gtpo-nocc: {powers}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "power", "runs", "heldout"))
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, runs, heldout)")
+    parser.add_argument("what", choices=("c", "d", "e", "power", "runs", "heldout"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, runs, heldout)")
     args = parser.parse_args(argv)
     if args.what == "power":
         print("\n".join(power_table()))
@@ -359,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "runs":
         print("\n".join(runs_table(args.study)))
         return 0
-    result = {"c": study_c, "d": study_d, "heldout": heldout}[args.what](args.study)
+    result = {"c": study_c, "d": study_d, "e": study_e, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))
     return 0
 

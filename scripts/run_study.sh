@@ -6,6 +6,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-c   # study C (pre-registered): runaways at lr 1e-3, 2 arms x 12 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
+#   scripts/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -16,7 +17,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -66,6 +67,15 @@ case $name in
               --seeds 100 101 102 103 104 105 106 107 108 109 110 111
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype "$dtype_cd") ;;
+    smollm2-synthetic-lr1e-3-e)
+        # Study E, pre-registered in studies/smollm2-synthetic-lr1e-3-e/PREREGISTRATION.md: does the conflict
+        # correction make GTPO stall on the partial format credit at lr 1e-3 (study C's post-hoc finding)? gtpo
+        # against gtpo without it, 32 fresh paired seeds, 15 steps, training only.
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'gtpo-nocc:--conflict_correction false'
+              --seeds 200 201 202 203 204 205 206 207 208 209 210 211 212 213 214 215
+                      216 217 218 219 220 221 222 223 224 225 226 227 228 229 230 231
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype "$dtype_cd") ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac

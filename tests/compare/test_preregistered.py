@@ -213,3 +213,100 @@ def test_heldout_pairs_only_seeds_with_both_evaluations(tmp_path):
     assert length["seeds"] == [1, 3]
     assert length["gtpo"]["mean"] == 20.0 and length["grpo"]["mean"] == 27.0
     assert length["gtpo - grpo"]["mean"] == -7.0  # (-10 + -4) / 2
+
+
+# ------------------------------------------------------------------------------------------------------- study E
+
+
+def _format_run(study: Path, arm: str, seed: int, formats: list[float], status: str = "finished") -> None:
+    """A run whose step t logs format mean formats[t - 1] (and a clipped share, as every logged training step)."""
+    run = study / "runs" / arm / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": status}))
+    rows = [
+        {"step": t, "completions/clipped_ratio": 0.0, "rewards/format_reward/mean": f, "reward": f,
+         "completions/mean_length": 20.0}
+        for t, f in enumerate(formats, start=1)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_mcnemar_p_values_and_power_match_hand_derivations():
+    """One-sided exact McNemar p = P(B >= b), B ~ Binomial(b + c, 1/2): 5 against 0 discordant pairs 1/32; 4 against
+    1: (C(5,4) + C(5,5)) / 32 = 6/32; none discordant: 1. Power with 5 pairs, stall rates 1 and 0: every pair is
+    discordant the same way, b = 5, p = 1/32 < 0.05, power 1; rates 0.5 and 0: rejected only when all 5 pairs are
+    discordant, 0.5^5; 2 pairs at rates 1 and 0: p = 1/4 at best, power 0."""
+    assert analysis.mcnemar_exact(5, 0) == pytest.approx(1 / 32)
+    assert analysis.mcnemar_exact(4, 1) == pytest.approx(6 / 32)
+    assert analysis.mcnemar_exact(0, 0) == 1.0 and analysis.mcnemar_exact(0, 3) == 1.0
+    assert analysis.mcnemar_power(5, 1.0, 0.0) == pytest.approx(1.0)
+    assert analysis.mcnemar_power(5, 0.5, 0.0) == pytest.approx(0.5**5)
+    assert analysis.mcnemar_power(2, 1.0, 0.0) == 0.0
+
+
+def test_study_e_rule_on_study_c_finds_the_documented_stalled_seeds():
+    """The registered rule (no step 1-15 with format mean >= 1.25), applied to study C's committed runs with arms gtpo
+    and grpo, finds the five GTPO stalls and the six first groups without the full format that the study document's
+    post-hoc section states (seed 106's GTPO run found it at step 12), none in GRPO, and identical first groups."""
+    result = analysis.study_e(ROOT / "studies" / "smollm2-synthetic-lr1e-3-c", arms=("gtpo", "grpo"))
+    assert result["pairs"] == 12
+    assert result["stalled"] == {"gtpo": [100, 104, 105, 108, 110], "grpo": []}
+    assert result["first_group_without_full_format"] == [100, 104, 105, 106, 108, 110]
+    assert result["first_full_format_step"]["gtpo"][106] == 12
+    assert result["first_group_differs"] == []
+    assert result["p_one_sided"] == pytest.approx(1 / 32)  # 5 discordant pairs, all one way
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    assert "seeds 100, 104, 105, 108, 110" in doc
+
+
+def test_study_e_counts_only_complete_pairs_and_flags_differing_first_groups(tmp_path):
+    """Seed 1: gtpo never reaches 1.25 in 15 steps (stalled), nocc at step 3. Seed 2: both at step 1 (concordant).
+    Seed 3: gtpo stalled, but its nocc run is still running: no pair. Seed 4: gtpo reaches it at step 16 only, which
+    the rule does not see (stalled), nocc at 2; its first groups differ (0.5 against 0.75), which is flagged. So b = 2
+    (seeds 1, 4), c = 0: p = 1/4, not rejected; Fisher over the 3 seeds whose gtpo first group lacked the format
+    (1, 3 is unpaired, 4): 2 of 2 against 0 of 2."""
+    study = tmp_path / "e"
+    _format_run(study, "gtpo", 1, [0.5] * 15)
+    _format_run(study, "gtpo-nocc", 1, [0.5, 1.0, 1.25] + [10.0] * 12)
+    _format_run(study, "gtpo", 2, [2.5] * 15)
+    _format_run(study, "gtpo-nocc", 2, [2.5] * 15)
+    _format_run(study, "gtpo", 3, [0.5] * 15)
+    _format_run(study, "gtpo-nocc", 3, [0.5] * 7, status="running")
+    _format_run(study, "gtpo", 4, [0.5] * 15 + [5.0])
+    _format_run(study, "gtpo-nocc", 4, [0.75, 5.0] + [5.0] * 13)
+    result = analysis.study_e(study)
+    assert result["pairs"] == 3
+    assert result["stalled"] == {"gtpo": [1, 4], "gtpo-nocc": []}
+    assert result["discordant"] == {"gtpo only": [1, 4], "gtpo-nocc only": []}
+    assert result["first_full_format_step"]["gtpo-nocc"] == {1: 3, 2: 1, 4: 2}
+    assert result["first_group_without_full_format"] == [1, 4]
+    assert result["first_group_differs"] == [4]
+    assert result["p_one_sided"] == pytest.approx(1 / 4) and result["reject"] is False
+    # Fisher, one-sided, nocc fewer stalls: table [[0, 2], [2, 0]], P(X <= 0) = C(2,0) C(2,2) / C(4,2) = 1/6.
+    assert result["fisher_one_sided_secondary"] == pytest.approx(1 / 6)
+
+
+def test_study_e_preregistration_quotes_the_scripts_power_and_runs_as_registered():
+    """PREREGISTRATION.md's power table is the script's, and run_study.sh starts study E with the registered arms,
+    seeds, steps, learning rate, dtype and pinned recipe, and no evaluation."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "compare"))
+    from test_study_script import _study_arguments
+
+    name = "smollm2-synthetic-lr1e-3-e"
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    for n in analysis.E_POWER_PAIRS:
+        for a, b in analysis.E_POWER_RATES:
+            assert f"{analysis.mcnemar_power(n, a, b):.3f}" in text, (n, a, b)
+    assert "**one-sided**" in text and "**α = 0.05**" in text and "**200–231, 32 per arm**" in text
+    words = _study_arguments(name)
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == [
+        "gtpo:", "gtpo-nocc:--conflict_correction false"
+    ]  # fmt: skip
+    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == list(range(200, 232))
+    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
+    common = words[words.index("--") + 1 :]
+    assert common == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "$dtype_cd"]
+    assert "--eval" not in words and "--max_steps 15 --dtype float32" in text
+    assert analysis.E_ARMS == ("gtpo", "gtpo-nocc") and analysis.E_STEPS == 15
