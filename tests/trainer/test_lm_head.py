@@ -67,24 +67,62 @@ def test_one_pass_equals_two_passes_on_the_torch_fold(temperature, softcap, scal
     _compare(temperature, softcap, scale)
 
 
-class _Launcher:
-    """Stands in for a Triton kernel: `kernel[grid](...)` runs TRL's torch version of the same tile fold."""
+def _fused_fold_in_torch(tile, stride, targets, m1, s1, x1, mt, st, xt, target_t, vocab_start, n_cols, *,
+                         logit_scale, softcap, inv_t, HAS_SOFTCAP, BLOCK_SIZE):  # fmt: skip
+    """What `head_kernels.fold_two_temperatures_kernel` claims to compute: TRL's tile fold at 1 and at T."""
+    common = dict(logit_scale=logit_scale, softcap=softcap, HAS_SOFTCAP=HAS_SOFTCAP, HAS_ENTROPY=True,
+                  HAS_LOG_SUM_SQ_PROBS=False, HAS_MEAN_LOGITS=False, HAS_IS_TOP1=False,
+                  BLOCK_SIZE=BLOCK_SIZE)  # fmt: skip
+    unused = torch.zeros_like(m1)
+    trl_kernel._forward_tile(tile, stride, targets, m1, s1, x1, unused, unused, unused, unused.clone(), vocab_start,
+                             n_cols, inv_t=1.0, **common)  # fmt: skip
+    trl_kernel._forward_tile(tile, stride, targets, mt, st, xt, unused, unused, unused, target_t, vocab_start,
+                             n_cols, inv_t=inv_t, **common)  # fmt: skip
 
-    def __init__(self, tile_function):
-        self.tile_function, self.launches = tile_function, 0
+
+def _fused_backward_in_torch(tile, stride, targets, log_zt, log_z1, entropy, g_lp, g_h, vocab_start, n_cols, *,
+                             logit_scale, softcap, inv_t, HAS_SOFTCAP, HAS_LOGPROB_GRAD, HAS_ENTROPY_GRAD,
+                             BLOCK_SIZE):  # fmt: skip
+    """What `head_kernels.two_temperature_backward_kernel` claims to write: the sum of TRL's tile gradients of the
+    tempered log-prob (at T) and of the temperature-1 entropy, in place of the tile."""
+    common = dict(logit_scale=logit_scale, softcap=softcap, HAS_SOFTCAP=HAS_SOFTCAP, BLOCK_SIZE=BLOCK_SIZE)
+    total = torch.zeros(tile.shape, dtype=torch.float32)
+    if HAS_LOGPROB_GRAD:
+        part = tile.clone()
+        trl_kernel._backward_tile(part, stride, targets, log_zt, log_zt, g_lp, g_lp, vocab_start, n_cols, inv_t=inv_t,
+                                  HAS_LOGPROB_GRAD=True, HAS_ENTROPY_GRAD=False, **common)  # fmt: skip
+        total += part.float()
+    if HAS_ENTROPY_GRAD:
+        part = tile.clone()
+        trl_kernel._backward_tile(part, stride, targets, log_z1, entropy, g_h, g_h, vocab_start, n_cols, inv_t=1.0,
+                                  HAS_LOGPROB_GRAD=False, HAS_ENTROPY_GRAD=True, **common)  # fmt: skip
+        total += part.float()
+    tile.copy_(total)
+
+
+class _Launcher:
+    """Stands in for a Triton kernel: `kernel[grid](...)` runs a torch function of the same signature."""
+
+    def __init__(self, function):
+        self.function, self.launches = function, 0
 
     def __getitem__(self, grid):
         self.launches += 1
-        return self.tile_function
+        return self.function
 
 
 @pytest.mark.parametrize("temperature", [0.5, 0.7])
 @pytest.mark.parametrize(("softcap", "scale"), [(None, 1.0), (30.0, 0.8)])
 def test_triton_branch_with_the_kernels_mocked_equals_two_passes(monkeypatch, temperature, softcap, scale):
-    forward, backward = _Launcher(trl_kernel._forward_tile), _Launcher(trl_kernel._backward_tile)
+    """The Triton branch's bookkeeping (statistics, arguments, the gradient's assembly) with our two kernels replaced
+    by what they claim to compute, written with TRL's own torch tile functions: one fold launch and one backward
+    launch per tile. The kernels themselves run only on a CUDA device (the gpu-marked test below)."""
+    from gtpo.trainer import head_kernels
+
+    forward, backward = _Launcher(_fused_fold_in_torch), _Launcher(_fused_backward_in_torch)
     monkeypatch.setattr(lm_head.trl_kernel, "_use_triton", lambda device: True)
-    monkeypatch.setattr(lm_head.trl_kernel, "_forward_kernel", forward, raising=False)
-    monkeypatch.setattr(lm_head.trl_kernel, "_backward_kernel", backward, raising=False)
+    monkeypatch.setattr(head_kernels, "fold_two_temperatures_kernel", forward)
+    monkeypatch.setattr(head_kernels, "two_temperature_backward_kernel", backward)
 
     # The reference must not take the Triton branch itself: run TRL's kernel with its own check restored.
     def two_pass(*args):
@@ -98,7 +136,7 @@ def test_triton_branch_with_the_kernels_mocked_equals_two_passes(monkeypatch, te
         differentiable_entropy=True,
     )  # fmt: skip
     log_probs, entropy, sampling_entropy = two_pass(hidden, weight, bias, targets, temperature, softcap, scale)
-    assert forward.launches == 2 * 4  # 4 vocabulary tiles of 300 (1000 columns), each folded at 2 temperatures
+    assert forward.launches == 4  # 4 vocabulary tiles of 300 (1000 columns), each read once for both temperatures
     torch.testing.assert_close(ours.log_probs, log_probs, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours.entropy, entropy, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours.sampling_entropy, sampling_entropy, atol=1e-5, rtol=1e-5)
@@ -107,7 +145,7 @@ def test_triton_branch_with_the_kernels_mocked_equals_two_passes(monkeypatch, te
     with monkeypatch.context() as inner:
         inner.setattr(trl_kernel, "_use_triton", lambda device: False)
         reference = torch.autograd.grad((log_probs * weights).sum() + entropy.sum(), (hidden, weight, bias))
-    assert backward.launches == 2 * 4  # each tile's gradient at both temperatures
+    assert backward.launches == 4  # each tile's gradient, both terms, in one launch
     for got, expected in zip(ours_grads, reference, strict=True):
         assert ((got - expected).norm() / expected.norm()).item() < 1e-5
 
@@ -193,3 +231,30 @@ def test_triton_branch_on_cuda_equals_two_passes_and_float64(temperature, softca
         assert torch.isfinite(got).all()
         assert ((got - expected).norm() / expected.norm()).item() < 1e-5
     assert (entropy - sampling_entropy).abs().max() > 1e-2  # the control, as on the CPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_triton_branch_on_cuda_in_bfloat16_equals_two_passes():
+    """In bfloat16 (how training runs on a GPU) the fused kernels fold the same bf16 tile as TRL's kernel does at each
+    temperature, so the forward agrees within 1e-5; the backward sums both gradient terms in float32 and rounds the
+    tile once where TRL's two passes round each term to bf16 before adding, so gradients agree within 1e-2 relative
+    (bf16 has 8 bits of mantissa: 4e-3 per element)."""
+    device = torch.device("cuda")
+    hidden, weight, bias, targets = (
+        x.detach().to(device, torch.bfloat16 if x.is_floating_point() else x.dtype).requires_grad_(x.requires_grad)
+        for x in _inputs(seed=5, tokens=300, vocab=40000)
+    )
+    ours = lm_head.token_scores(hidden, weight, bias, targets, 0.7, differentiable_entropy=True)
+    log_probs, entropy, sampling_entropy = _two_pass(
+        hidden, weight, bias, targets, 0.7, None, 1.0, chunk_size=lm_head.VOCAB_CHUNK
+    )
+    torch.testing.assert_close(ours.log_probs, log_probs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.entropy, entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.sampling_entropy, sampling_entropy, atol=1e-5, rtol=1e-5)
+    weights = torch.linspace(-1, 1, len(targets), device=device)
+    ours_grads = torch.autograd.grad((ours.log_probs * weights).sum() + ours.entropy.sum(), (hidden, weight, bias))
+    reference = torch.autograd.grad((log_probs * weights).sum() + entropy.sum(), (hidden, weight, bias))
+    for got, expected in zip(ours_grads, reference, strict=True):
+        assert torch.isfinite(got).all() and got.dtype == torch.bfloat16
+        assert ((got.float() - expected.float()).norm() / expected.float().norm()).item() < 1e-2

@@ -17,8 +17,9 @@ s₁ = Σ e^{z−m}, x₁ = Σ z·e^{z−m}, s_T = Σ e^{(z−m)/T}, x_T = Σ z�
 Backward (recomputing each tile, as TRL's does): ∂ log p_T(y)/∂z_j = (1[j=y] − p_T,j)/T and
 ∂H₁/∂z_j = −p₁,j (log p₁,j + H₁), then through soft-capping and the logit scale.
 
-On CUDA/XPU with Triton, TRL's own fold and backward kernels run on each tile, once per temperature (its
-backward overwrites the tile, so the second temperature works on a copy). Elsewhere `gtpo.core.fold_logits`
+On CUDA/XPU with Triton, `gtpo.trainer.head_kernels` folds both temperatures from one read of each tile, with
+TRL's arithmetic, and writes both gradient terms in one pass (running TRL's kernels once per temperature read each
+tile twice: 1.25-1.3x TRL's forward on an H200, docs/performance.md). Elsewhere `gtpo.core.fold_logits`
 computes both temperatures' statistics from one logit tile, sharing its max and its shift; it is also what
 `gtpo.core.token_entropy` folds, so the trainer, `gtpo inspect` and core compute H one way.
 """
@@ -33,6 +34,7 @@ from trl.kernels import chunked_logprob as trl_kernel
 from trl.trainer import utils as trl_utils
 
 from gtpo import core
+from gtpo.trainer import head_kernels
 
 # TRL's tile sizes, read from TRL so that both heads tile alike: vocabulary columns per tile on the torch path
 # (trl/trainer/utils.py), token rows per tile in the Triton kernels (trl/kernels/chunked_logprob.py).
@@ -131,32 +133,13 @@ def _torch_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap,
 
 
 def _triton_fold(tile, targets, stats, vocab_start, n_cols, logit_scale, softcap, inv_t) -> None:
-    """Both temperatures' statistics with TRL's Triton fold, once per temperature on the same tile."""
-    m1, s1, x1, mt, st, xt, target1, target_t = stats
-    n = tile.shape[0]
-    unused = torch.empty(n, device=tile.device, dtype=torch.float32)
-    flags = dict(HAS_ENTROPY=True, HAS_LOG_SUM_SQ_PROBS=False, HAS_MEAN_LOGITS=False, HAS_IS_TOP1=False)
-    for running_max, sums, xsums, target, inv in ((m1, s1, x1, target1, 1.0), (mt, st, xt, target_t, inv_t)):
-        trl_kernel._forward_kernel[(n,)](
-            tile,
-            tile.stride(0),
-            targets,
-            running_max,
-            sums,
-            xsums,
-            unused,
-            unused,
-            unused,
-            target,
-            vocab_start,
-            n_cols,
-            BLOCK_SIZE=trl_kernel._BLOCK_SIZE,
-            logit_scale=logit_scale,
-            softcap=softcap or 1.0,
-            inv_t=inv,
-            HAS_SOFTCAP=softcap is not None,
-            **flags,
-        )
+    """Both temperatures' statistics from one read of the tile (`head_kernels.fold_two_temperatures_kernel`)."""
+    m1, s1, x1, mt, st, xt, target_t = stats
+    head_kernels.fold_two_temperatures_kernel[(tile.shape[0],)](
+        tile, tile.stride(0), targets, m1, s1, x1, mt, st, xt, target_t, vocab_start, n_cols,
+        logit_scale=logit_scale, softcap=softcap or 1.0, inv_t=inv_t, HAS_SOFTCAP=softcap is not None,
+        BLOCK_SIZE=head_kernels.BLOCK_SIZE,
+    )  # fmt: skip
 
 
 def _tiles(n_tokens: int, vocab: int, chunk_size: int):
@@ -194,7 +177,7 @@ class _TwoTemperatureHead(torch.autograd.Function):
             return torch.full((n_tokens,), -math.inf, device=device, dtype=torch.float32)
 
         if triton:
-            stats = (minus_inf(), zeros(), zeros(), minus_inf(), zeros(), zeros(), zeros(), zeros())
+            stats = (minus_inf(), zeros(), zeros(), minus_inf(), zeros(), zeros(), zeros())
         else:
             stats = (minus_inf(), zeros(), zeros(), zeros(), zeros(), zeros())
         fold = _triton_fold if triton else _torch_fold
@@ -204,8 +187,8 @@ class _TwoTemperatureHead(torch.autograd.Function):
             tile = _project(buffer, hidden[rows].to(compute_dtype), weight, bias, start, end, compute_dtype)
             fold(tile, targets[rows], [s[rows] for s in stats], start, end - start, logit_scale, softcap, inv_t)
 
-        if triton:  # TRL's kernel stores statistics of the transformed (already divided by T) logits
-            m1, s1, x1, mt, st, xt, target_1, target_t = stats
+        if triton:  # the kernel keeps each temperature's statistics of its own logits (z and z / T), as TRL's
+            m1, s1, x1, mt, st, xt, target_t = stats
             log_z1 = m1 + torch.log(s1)
             log_zt = mt + torch.log(st)
             entropy = log_z1 - x1 / s1
@@ -286,23 +269,14 @@ def _torch_backward(
 def _triton_backward(
     tile, g_lp, g_h, targets, log_z1, log_zt, entropy, vocab_start, n_cols, logit_scale, softcap, inv_t
 ):
-    """The same gradient with TRL's Triton backward kernel, once per temperature (it overwrites its tile)."""
-    n = tile.shape[0]
-    grid = (n, -(-n_cols // trl_kernel._BLOCK_SIZE))  # triton.cdiv, without importing triton here
-    common = dict(BLOCK_SIZE=trl_kernel._BLOCK_SIZE, logit_scale=logit_scale, softcap=softcap or 1.0)
-    common["HAS_SOFTCAP"] = softcap is not None
-    copy = tile.clone() if g_lp is not None and g_h is not None else tile
-    if g_h is not None:
-        trl_kernel._backward_kernel[grid](
-            copy, copy.stride(0), targets, log_z1, entropy, log_z1, g_h, vocab_start, n_cols,
-            HAS_LOGPROB_GRAD=False, HAS_ENTROPY_GRAD=True, inv_t=1.0, **common,
-        )  # fmt: skip
-    if g_lp is not None:
-        trl_kernel._backward_kernel[grid](
-            tile, tile.stride(0), targets, log_zt, log_zt, g_lp, log_zt, vocab_start, n_cols,
-            HAS_LOGPROB_GRAD=True, HAS_ENTROPY_GRAD=False, inv_t=inv_t, **common,
-        )  # fmt: skip
-        if copy is not tile:
-            tile.add_(copy)
-        return tile
-    return copy
+    """The same gradient, both terms in one pass over the tile, which it overwrites
+    (`head_kernels.two_temperature_backward_kernel`)."""
+    grid = (tile.shape[0], -(-n_cols // head_kernels.BLOCK_SIZE))  # triton.cdiv, without importing triton here
+    unused = log_zt  # a float32 row vector for the pointer of a term that is absent (its branch is compiled out)
+    head_kernels.two_temperature_backward_kernel[grid](
+        tile, tile.stride(0), targets, log_zt, log_z1, entropy,
+        unused if g_lp is None else g_lp, unused if g_h is None else g_h, vocab_start, n_cols,
+        logit_scale=logit_scale, softcap=softcap or 1.0, inv_t=inv_t, HAS_SOFTCAP=softcap is not None,
+        HAS_LOGPROB_GRAD=g_lp is not None, HAS_ENTROPY_GRAD=g_h is not None, BLOCK_SIZE=head_kernels.BLOCK_SIZE,
+    )  # fmt: skip
+    return tile
