@@ -6,6 +6,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
     .venv/bin/python scripts/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c  # per-run table
     .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
+    .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-d  # per-seed table
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
@@ -333,6 +334,31 @@ def study_d(study: Path) -> dict:
     return result
 
 
+def seeds_table(study: Path) -> list[str]:
+    """Secondary, per seed where both arms are evaluated (the per-seed table of study A's and D's sections): each
+    arm's held-out pass@1 / pass@8 / maj@8 in %, its mean TRL ``entropy`` over its last 10 logged steps, and the
+    seed's pass@1 difference gtpo - grpo (d_S, the primary outcome's terms)."""
+    lines = [
+        "| seed | gtpo pass@1 / pass@8 / maj@8 % | grpo pass@1 / pass@8 / maj@8 % "
+        "| entropy, last 10 steps, gtpo / grpo | pass@1 gtpo - grpo |",
+        "|---|---|---|---|---|",
+    ]
+    for seed in sorted(set(_seeds(study, "gtpo")) & set(_seeds(study, "grpo"))):
+        runs = [study / "runs" / arm / f"seed{seed}" for arm in ARMS]
+        results = [_eval_results(run) for run in runs]
+        rows = [_finished_rows(run) for run in runs]
+        if not all(results) or None in rows:
+            continue
+        held_out = [
+            " / ".join(f"{100 * r[key][k]:.1f}" for key, k in (("pass@k", "1"), ("pass@k", "8"), ("maj@k", "8")))
+            for r in results
+        ]
+        entropy = " / ".join(f"{sum(row['entropy'] for row in r[-10:]) / 10:.3f}" for r in rows)
+        diff = 100 * (results[0]["pass@k"]["1"] - results[1]["pass@k"]["1"])
+        lines.append(f"| {seed} | {held_out[0]} | {held_out[1]} | {entropy} | {diff:+.1f} |")
+    return lines
+
+
 HELDOUT_KEYS = (
     ("mean_length", 1.0, "held-out mean length (tokens)"),
     ("truncated_frac", 100.0, "held-out cut at the limit (%)"),
@@ -448,16 +474,16 @@ def power_table() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "e", "power", "runs", "heldout"))
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, runs, heldout)")
+    parser.add_argument("what", choices=("c", "d", "e", "power", "runs", "seeds", "heldout"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, runs, seeds, heldout)")
     args = parser.parse_args(argv)
     if args.what == "power":
         print("\n".join(power_table()))
         return 0
     if args.study is None:
         parser.error(f"{args.what} needs the study folder")
-    if args.what == "runs":
-        print("\n".join(runs_table(args.study)))
+    if args.what in ("runs", "seeds"):
+        print("\n".join((runs_table if args.what == "runs" else seeds_table)(args.study)))
         return 0
     result = {"c": study_c, "d": study_d, "e": study_e, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))

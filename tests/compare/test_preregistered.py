@@ -310,3 +310,18 @@ def test_study_e_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert common == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "$dtype_cd"]
     assert "--eval" not in words and "--max_steps 15 --dtype float32" in text
     assert analysis.E_ARMS == ("gtpo", "gtpo-nocc") and analysis.E_STEPS == 15
+
+
+def test_per_seed_table_reproduces_study_a_documented_rows():
+    """The secondary per-seed table (``seeds``) on study A's committed runs gives the rows study A's section states
+    (written when study A ended, before this function existed), plus each seed's pass@1 difference, which is
+    gtpo's pass@1 minus grpo's in the same row."""
+    study_a = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
+    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    table = analysis.seeds_table(study_a)
+    assert len(table) == 2 + 5
+    for line in table[2:]:
+        cells = line.strip("| ").split(" | ")
+        assert f"| {' | '.join(cells[:4])} |" in doc, line
+        gtpo, grpo = (float(cell.split(" / ")[0]) for cell in cells[1:3])
+        assert float(cells[4]) == pytest.approx(gtpo - grpo, abs=0.051)  # each pass@1 shown rounded to 0.1
