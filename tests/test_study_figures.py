@@ -107,7 +107,7 @@ def test_readme_states_the_summary_answer():
     # all of study A's paired verdicts on held-out metrics are "no detectable difference", as the README says
     assert all(PAIRS[m]["n"] == 5 and not (PAIRS[m]["low"] > 0 or PAIRS[m]["high"] < 0) for m in PAIRS if "@" in m)
     assert "**no detectable difference** at this scale" in readme
-    assert "Not detectably in held-out accuracy" in readme
+    assert "No: in the pre-registered study D GRPO's held-out accuracy was higher" in readme  # study D's answer
 
 
 @pytest.mark.parametrize("metric", sorted(set(PAIRS) - {"maj@1 %"}))
@@ -494,3 +494,112 @@ def test_inspect_doc_states_where_the_collapse_warning_fired_in_study_c():
         seeds = ", ".join(str(s) for s, _ in fired[arm])
         steps = ", ".join(str(t) for _, t in fired[arm])
         assert f"{len(fired[arm])} {name} runs (seeds {seeds} at steps {steps})" in doc, arm
+
+
+# ------------------------------------------------------------------------------------------- study D (issue 31)
+STUDY_D = ROOT / "studies" / "smollm2-synthetic-lr2e-4-d"
+SUMMARY_D = json.loads((STUDY_D / "summary.json").read_text())
+SEEDS_D = list(range(100, 112))
+
+
+def _section_d() -> list[str]:
+    return _section("## Study D", "## The earlier partial study")
+
+
+def _d_pass(arm: str, seed: int, key: str = "pass@k", k: str = "1") -> float:
+    return 100 * json.loads((STUDY_D / f"runs/{arm}/seed{seed}/eval/synthetic/results.json").read_text())[key][k]
+
+
+def test_study_d_is_complete_with_twelve_evaluated_pairs():
+    assert SUMMARY_D["finished_runs"] == SUMMARY_D["total_runs"] == 24
+    for arm in ("gtpo", "grpo"):
+        assert SUMMARY_D["arms"][arm]["aggregated_seeds"] == SEEDS_D
+    assert {pair["diff"]["n"] for pair in SUMMARY_D["pairs"]} == {12}
+
+
+def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
+    """By hand, independent of the analysis script: d_S = 100 x (gtpo - grpo) pass@1 from the 24 results.json files,
+    mean +- 2.201 s / sqrt(12); the script, the summary, the study document (top and section) and the README state
+    it, with the effects it excludes."""
+    diffs = [_d_pass("gtpo", s) - _d_pass("grpo", s) for s in SEEDS_D]
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+    low, high = mean - 2.201 * sd / 12**0.5, mean + 2.201 * sd / 12**0.5
+    result = _analysis().study_d(STUDY_D)
+    assert result["seeds"] == SEEDS_D
+    assert (result["mean"], result["low"], result["high"]) == (
+        pytest.approx(mean), pytest.approx(low), pytest.approx(high)
+    )  # fmt: skip
+    pair = next(p["diff"] for p in SUMMARY_D["pairs"] if p["metric"] == "pass@1 %")
+    assert (pair["mean"], pair["low"], pair["high"]) == (pytest.approx(mean), pytest.approx(low), pytest.approx(high))
+    figure = f"{_num(mean, 2)} points [95 % interval {_num(low, 2)}, {_num(high, 2)}]"
+    section = re.sub(r"\s+", " ", " ".join(_section_d()))
+    assert f"GTPO − GRPO held-out pass@1 = {figure} over 12 seed pairs" in section
+    assert high < 0 and "The interval excludes 0" in section  # the registered reading
+    assert f"any GTPO advantage (every effect above {_num(high, 2)} points), and a GRPO advantage larger than " \
+        f"{-low:.1f} points" in section  # fmt: skip
+    assert f"The SD of the 12 differences is {sd:.2f} points" in section
+    assert f"at that SD 12 pairs detect {_analysis().detectable_effect(sd, 12):.1f} points with 80 % power" in section
+    assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 12 seeds" in section
+    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert f"GTPO − GRPO pass@1 {figure.replace(' points', ' points', 1)}" in top
+    assert f"the observed SD, {sd:.2f} points, gives 80 % power at {_analysis().detectable_effect(sd, 12):.1f}" in top
+    readme = _flat(ROOT / "README.md")
+    assert f"GTPO − GRPO held-out pass@1 {figure} over seeds 100–111" in readme
+    arms = {a: SUMMARY_D["arms"][a]["metrics"]["pass@1 %"] for a in ("gtpo", "grpo")}
+    assert (
+        f"held-out pass@1 GTPO {_num(arms['gtpo']['mean'], 1)} % [{_num(arms['gtpo']['low'], 1)}, "
+        f"{_num(arms['gtpo']['high'], 1)}], GRPO {_num(arms['grpo']['mean'], 1)} % [{_num(arms['grpo']['low'], 1)}, "
+        f"{_num(arms['grpo']['high'], 1)}]"
+    ) in readme
+
+
+@pytest.mark.parametrize("arm", ["gtpo", "grpo"])
+def test_study_d_document_states_each_arm_mean(arm):
+    row = next(line for line in _section_d() if line.startswith(f"| {arm} | "))
+    names = ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@2 %", "pass@4 %", "pass@8 %", "maj@4 %",
+             "maj@8 %")  # fmt: skip
+    _assert_arm_row(row, SUMMARY_D["arms"][arm]["metrics"], names)
+
+
+def test_study_d_document_states_each_paired_difference():
+    _assert_pair_rows(_section_d(), [p for p in SUMMARY_D["pairs"] if p["metric"] not in ("maj@1 %",)])
+
+
+def test_study_d_per_seed_and_per_run_tables_are_the_scripts():
+    section = _section_d()
+    for line in _analysis().seeds_table(STUDY_D) + _analysis().runs_table(STUDY_D):
+        assert line in section, line
+
+
+def test_study_d_held_out_length_and_post_hoc_figures():
+    """The registered length secondary from the script, and the post-hoc figures recomputed by hand: the two seeds'
+    differences, the mean without them, gtpo/seed105's stall (no step with format mean >= 1.25) and the seeds whose
+    first group lacked the full format, as in study C."""
+    section = re.sub(r"\s+", " ", " ".join(_section_d()))
+    held = _analysis().heldout(STUDY_D)
+    length, cut = held["held-out mean length (tokens)"], held["held-out cut at the limit (%)"]
+    assert (
+        f"mean length {_num(length['gtpo']['mean'], 2)} tokens [{_num(length['gtpo']['low'], 2)}, "
+        f"{_num(length['gtpo']['high'], 2)}] against {_num(length['grpo']['mean'], 2)} "
+        f"[{_num(length['grpo']['low'], 2)}, {_num(length['grpo']['high'], 2)}], "
+        f"paired {_interval(length['gtpo - grpo'], 2)}"
+    ) in section
+    assert f"paired {_interval(cut['gtpo - grpo'], 2)}" in section
+    diffs = {s: _d_pass("gtpo", s) - _d_pass("grpo", s) for s in SEEDS_D}
+    assert (
+        f"gtpo/seed105 (d = {_num(diffs[105], 1)})" in section
+        and f"gtpo/seed110 (d = {_num(diffs[110], 1)})" in section
+    )
+    rest = [d for s, d in diffs.items() if s not in (105, 110)]
+    half = 2.262 * statistics.stdev(rest) / 10**0.5  # t_{0.975, 9}
+    mean = statistics.mean(rest)
+    assert f"{_num(mean, 2)} [{_num(mean - half, 2)}, {_num(mean + half, 2)}] (10 pairs)" in section
+    runs = {(a, s): _last_steps(STUDY_D / f"runs/{a}/seed{s}/metrics.jsonl") for a in ("gtpo", "grpo") for s in SEEDS_D}
+    first = {k: _first_full_format(v) for k, v in runs.items()}
+    assert first[("gtpo", 105)] is None and all(first[("grpo", s)] is not None for s in SEEDS_D)
+    lacking = [s for s in SEEDS_D if runs[("gtpo", s)][1]["rewards/format_reward/mean"] < 1.25]
+    assert lacking == [100, 104, 105, 106, 108, 110] and "(100, 104, 105, 106, 108, 110" in section
+    gtpo_steps = sorted(first[("gtpo", s)] for s in lacking if first[("gtpo", s)] is not None)
+    grpo_steps = sorted(first[("grpo", s)] for s in lacking)
+    assert f"GTPO found the format in five of them (steps {gtpo_steps[0]}–{gtpo_steps[-1]})" in section
+    assert f"GRPO in all six (steps {grpo_steps[0]}–{grpo_steps[-1]})" in section
