@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from trl.kernels import chunked_logprob as trl_kernel
 
-if trl_kernel._TRITON_AVAILABLE:
-    import triton.language as tl
-
+# triton.language as TRL imports it where Triton is installed (it ships with CUDA torch, not with the CPU wheel, so
+# gtpo does not import it itself); None elsewhere, where nothing below is compiled or called.
+tl = getattr(trl_kernel, "tl", None)
 _jit = trl_kernel._jit
 _transform = trl_kernel._transform  # scale, soft-cap, · 1/T: TRL's, so that the logits are computed as TRL's are
 BLOCK_SIZE = trl_kernel._BLOCK_SIZE  # vocabulary columns a program reads at a time, TRL's
