@@ -6,7 +6,7 @@ Invariant: folding one logit tile at two temperatures gives the same log-probs (
 with TRL's Triton kernels replaced by TRL's own torch tile functions (CPU: this checks our statistics and gradient
 bookkeeping on that branch, not the kernels themselves); on a CUDA device the gpu-marked test runs the branch with
 TRL's real Triton kernels, against two passes and a float64 brute force (seen passing on an H200:
-benchmarks/measured/h200-2026-11-26).
+docs/measurements/gpu-h200-20261126).
 """
 
 from __future__ import annotations
