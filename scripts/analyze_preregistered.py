@@ -201,13 +201,19 @@ def _steps(metrics: Path) -> dict[int, dict]:
     return steps
 
 
+def _finished_steps(run: Path) -> dict[int, dict] | None:
+    """A finished run's logged steps, step -> its last record; None for a run that is not finished or has no
+    metrics.jsonl."""
+    if not _finished(run) or not (run / "metrics.jsonl").is_file():
+        return None
+    return _steps(run / "metrics.jsonl")
+
+
 def _finished_rows(run: Path) -> list[dict] | None:
     """A finished run's logged steps in order (the last record of each); None for a run that is not finished with
     40 steps."""
-    if not _finished(run) or not (run / "metrics.jsonl").is_file():
-        return None
-    steps = _steps(run / "metrics.jsonl")
-    if sorted(steps)[-1:] != [MAX_STEPS]:
+    steps = _finished_steps(run)
+    if steps is None or sorted(steps)[-1:] != [MAX_STEPS]:
         return None
     return [steps[s] for s in sorted(steps)]
 
@@ -395,10 +401,8 @@ def heldout(study: Path) -> dict:
 def _first_steps(run: Path, last_step: int) -> dict[int, dict] | None:
     """Steps 1..``last_step`` of a finished run (the last record of each); None unless it is finished with all of
     them logged."""
-    if not _finished(run) or not (run / "metrics.jsonl").is_file():
-        return None
-    steps = _steps(run / "metrics.jsonl")
-    if any(step not in steps for step in range(1, last_step + 1)):
+    steps = _finished_steps(run)
+    if steps is None or any(step not in steps for step in range(1, last_step + 1)):
         return None
     return {step: steps[step] for step in range(1, last_step + 1)}
 
