@@ -32,6 +32,15 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work: CUDA runs asynchronously, so a host clock read without this times the
+    launches, not the work."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def seconds(value: float) -> str:
     """A duration with 4 significant digits: seconds on a CPU, milliseconds where a GPU makes them small."""
     return f"{value:.3f} s" if value >= 1 else f"{1e3 * value:.4g} ms"
@@ -77,25 +86,21 @@ def main(argv=None) -> None:
     arms = {"trl": trl, "two-pass": two_pass, "one-pass": one_pass}
     times = {(name, kind): [] for name in arms for kind in ("forward", "forward+backward")}
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
     for rep in range(options.reps + 1):  # the first repetition warms up and is not counted
         for name, arm in arms.items():
             with torch.no_grad():
-                sync()
+                synchronize(device)
                 start = time.perf_counter()
                 arm(hidden, weight)
-                sync()
+                synchronize(device)
                 forward = time.perf_counter() - start
             h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-            sync()
+            synchronize(device)
             start = time.perf_counter()
             lp, ent = arm(h, w)
             loss = lp.sum() + (ent.sum() if ent.requires_grad else 0)
             loss.backward()
-            sync()
+            synchronize(device)
             both = time.perf_counter() - start
             if rep:
                 times[(name, "forward")].append(forward)

@@ -38,7 +38,7 @@ import statistics
 import tempfile
 import time
 
-from bench_head import cpu_name, seconds
+from bench_head import cpu_name, seconds, synchronize
 
 SHAPES = ("default", "paper-vocab", "qwen1.5b")
 ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
@@ -53,8 +53,7 @@ def _matmul_rate(device: str, dtype) -> float:
     for _ in range(4):
         start = time.perf_counter()
         a @ a
-        if device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * 2048**3 / best
 
@@ -214,22 +213,18 @@ def main(argv=None) -> None:
         setattr(core, name, timed)
     times = {arm: {"forward": [], "backward": [], "own": []} for arm in trainers}
 
-    def sync():  # CUDA runs asynchronously: a host clock read without it times the launches, not the work
-        if device == "cuda":
-            torch.cuda.synchronize()
-
     for rep in range(options.reps + 1):  # repetition 0 warms up
         for arm, (trainer, batch) in trainers.items():
             own["t"] = 0.0
             trainer.model.zero_grad(set_to_none=True)
-            sync()
+            synchronize(device)
             start = time.perf_counter()
             loss = trainer.compute_loss(trainer.model, batch)
-            sync()
+            synchronize(device)
             forward = time.perf_counter() - start
             start = time.perf_counter()
             loss.backward()
-            sync()
+            synchronize(device)
             backward = time.perf_counter() - start
             if rep:
                 times[arm]["forward"].append(forward)
@@ -268,7 +263,7 @@ def main(argv=None) -> None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as profiler:
             trainer.compute_loss(trainer.model, batch).backward()
-            sync()
+            synchronize(device)
         print(f"profile of {arm} (one forward + backward):")
         print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     config = base.config

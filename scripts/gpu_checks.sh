@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in one run (CI has no GPU; run this by hand on a machine with one):
-#   1. the gpu-marked tests: spans and weights on CUDA, the loss on CUDA, the LM head's Triton branch with TRL's
-#      real kernels (the CPU tests mock them), the packed layout against TRL's padded one on CUDA;
+#   1. the gpu-marked tests: spans and weights on CUDA, the loss on CUDA, the LM head's Triton kernels
+#      (gtpo.trainer.head_kernels; the CPU tests mock them) against TRL's run twice, the packed layout against TRL's
+#      padded one on CUDA;
 #   2. the LM-head benchmark at Qwen2.5-1.5B's head shape (bf16), at T = 0.7: TRL's kernel once, twice, ours once;
 #   3. the step's forward + backward (bf16), T = 0.7 and 1, TRL against GTPO, at the paper-vocabulary shape and at
 #      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs);

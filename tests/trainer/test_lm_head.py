@@ -4,9 +4,9 @@ Invariant: folding one logit tile at two temperatures gives the same log-probs (
 (temperature 1 and T) and gradients as running TRL's chunked kernel twice, once per temperature, within 1e-5
 (forward) and 1e-5 relative (gradients). Checked on the torch fold (CPU, full layout) and on the Triton branch
 with TRL's Triton kernels replaced by TRL's own torch tile functions (CPU: this checks our statistics and gradient
-bookkeeping on that branch, not the kernels themselves); on a CUDA device the gpu-marked test runs the branch with
-TRL's real Triton kernels, against two passes and a float64 brute force (seen passing on an H200:
-docs/measurements/gpu-h200-20261126).
+bookkeeping on that branch, not the kernels themselves); on a CUDA device the gpu-marked tests run the branch with
+its real Triton kernels (gtpo.trainer.head_kernels), against TRL's kernel run twice and a float64 brute force (seen
+passing on an H200: docs/measurements/gpu-h200-20261126).
 """
 
 from __future__ import annotations
@@ -201,10 +201,10 @@ def _float64_reference(hidden, weight, bias, targets, temperature, softcap, scal
 @pytest.mark.parametrize("temperature", [0.5, 0.7])
 @pytest.mark.parametrize(("softcap", "scale"), [(None, 1.0), (30.0, 0.8)])
 def test_triton_branch_on_cuda_equals_two_passes_and_float64(temperature, softcap, scale):
-    """The Triton branch with TRL's real kernels (the CPU tests mock them): one pass equals TRL's kernel run twice
-    within 1e-5 (forward) and 1e-5 relative (gradients), and both equal a float64 brute force within 1e-4."""
+    """The Triton branch with its real kernels (the CPU tests mock them): one pass equals TRL's Triton kernel run
+    twice within 1e-5 (forward) and 1e-5 relative (gradients), and both equal a float64 brute force within 1e-4."""
     device = torch.device("cuda")
-    assert trl_kernel._use_triton(device), "CUDA without Triton: this test is for TRL's Triton kernels"
+    assert trl_kernel._use_triton(device), "CUDA without Triton: this test is for the Triton branch"
     torch.backends.cuda.matmul.allow_tf32 = False  # torch's float32 default; the float64 tolerance assumes it
     hidden, weight, bias, targets = (
         x.detach().to(device).requires_grad_(x.requires_grad) for x in _inputs(seed=2, tokens=600, vocab=70000)
