@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The --after_run hook of scripts/run_study.sh: refresh a study's summary and figures, then commit the run that
 # just finished (gtpo compare sets GTPO_RUN_DIR to its folder) with them: run.json, metrics.jsonl, its eval/ where
-# the study evaluates, and the study's compare.json, code-commit, pinned recipe.yaml (if any), summary and figures.
-# Never checkpoints, weights or logs (.gitignore keeps them out too).
+# the study evaluates, its completions/ (the per-step record of its completions, small parquet files) where training
+# wrote one, and the study's compare.json, code-commit, pinned recipe.yaml (if any), summary and figures.
+# Never checkpoints, weights or logs (.gitignore keeps them out too). A pre-registered study (PREREGISTRATION.md in
+# its folder) is committed run by run too, but until its last run the aggregation withholds every estimate (the
+# summary says only how many runs have finished, and draws no figures): no interim look. That needs a pinned code
+# commit whose gtpo.compare.report does so (issue 38, item 6).
 #
 #   GTPO_RUN_DIR=studies/NAME/runs/ARM/seedS scripts/commit_study_run.sh studies/NAME PYTHON
 #
@@ -14,8 +18,10 @@ run=${GTPO_RUN_DIR:?GTPO_RUN_DIR must name the run folder that finished}
 "$python" -m gtpo.cli compare --output-dir "$study" --aggregate-only > /dev/null
 [ -n "${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0
 paths=("$run/run.json" "$run/metrics.jsonl" "$study/compare.json" "$study/code-commit" "$study/summary.md"
-       "$study/summary.json" "$study/figures")
+       "$study/summary.json")
+[ -d "$study/figures" ] && paths+=("$study/figures")  # none while a pre-registered study is incomplete
 [ -d "$run/eval" ] && paths+=("$run/eval")
+[ -d "$run/completions" ] && paths+=("$run/completions")
 [ -f "$study/recipe.yaml" ] && paths+=("$study/recipe.yaml")
 for _ in 1 2 3 4 5 6 7 8 9 10; do
     if git add -- "${paths[@]}" && git commit -q -m "study $(basename "$study"): ${run#"$study"/runs/} finished" -- "$study"; then

@@ -148,6 +148,38 @@ def test_summary_files_and_figures_are_written_and_partial_studies_say_so(study)
     assert unfinished["arms"]["A"]["aggregated_seeds"] == [0, 1, 2, 3]
 
 
+def test_a_preregistered_study_withholds_every_estimate_until_its_last_run(study):
+    """No interim look (issue 38, item 6): a study folder with PREREGISTRATION.md gets, while a registered run is
+    unfinished, a summary that says how many runs have finished and shows no estimate, no stability, no figures;
+    once every run of compare.json has finished, the full summary."""
+    spec, out = study
+    (out / "PREREGISTRATION.md").write_text("# registered\n")
+    for include_unfinished in (False, True):
+        summary = compare_report.aggregate(spec, out, window=2, include_unfinished=include_unfinished)
+        on_disk = json.loads((out / "summary.json").read_text())
+        assert on_disk == summary and (summary["finished_runs"], summary["total_runs"]) == (6, 8)
+        assert summary["pairs"] == [] and "all 8 runs" in summary["withheld"]
+        assert summary["arms"] == {"A": {"finished_seeds": [0, 1, 2]}, "B": {"finished_seeds": [0, 1, 2]}}
+        assert all(set(run) == {"status", "steps"} for run in summary["runs"].values())
+        text = (out / "summary.md").read_text()
+        assert "6 of 8 runs finished" in text and "Pre-registered study, not complete" in text
+        assert "| A | 0,1,2 |" in text
+        for estimate in ("−", "26.67", "90.00", "format %", "pass@1", "Stability per run"):
+            assert estimate not in text, estimate
+        assert not (out / "figures").exists()
+    # A's seed 3 and B's seed 3 finish: the study is complete, the summary is the full one.
+    write_run(compare.run_dir(out, "B", 3), [10, 10, 7, 7], [0, 0, 4, 4], [0.5, 0.5, 1.0, 1.0])
+    shutil.rmtree(compare.run_dir(out, "A", 3))
+    write_run(compare.run_dir(out, "A", 3), [10, 10, 9, 9], [0, 0, 5, 5], [0.5] * 4)
+    summary = compare_report.aggregate(spec, out, window=2)
+    assert "withheld" not in summary and (summary["finished_runs"], summary["total_runs"]) == (8, 8)
+    assert {p["metric"] for p in summary["pairs"]} >= {"format %", "accuracy %"}
+    assert summary["arms"]["A"]["metrics"]["format %"]["n"] == 4
+    text = (out / "summary.md").read_text()
+    assert "| A − B | format % |" in text and "withheld" not in text and "Pre-registered" not in text
+    assert (out / "figures" / "format.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_arm_band_averages_smoothed_curves_over_the_seeds_that_have_each_step():
     """Study A's conflict-fraction panel, on the steps every seed shared, showed steps 1-7 of 40 only (a step whose
     group got equal rewards has no conflict); each step now averages the seeds that logged it."""

@@ -117,6 +117,47 @@ def test_hook_fails_when_aggregation_fails(repo):
     assert _git(repo, "rev-parse", "HEAD") == head
 
 
+def test_hook_commits_the_completions_record_and_a_summary_without_figures(repo):
+    """Training records its completions in RUN/completions/completions_NNNNN.parquet (TRL's convention): the hook
+    commits them with the run. An incomplete pre-registered study's aggregation draws no figures (no interim look,
+    issue 38 item 6): the hook then commits the summary alone instead of failing on the missing folder."""
+    repo, fake = repo
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"-m gtpo.cli compare --output-dir studies/s --aggregate-only"*) ;; *) exit 3 ;; esac\n'
+        "echo withheld > studies/s/summary.md && echo {} > studies/s/summary.json\n"
+    )
+    (repo / "studies" / "s" / "PREREGISTRATION.md").write_text("# registered\n")
+    _git(repo, "add", "studies/s/PREREGISTRATION.md")
+    _git(repo, "commit", "-q", "-m", "register")
+    run = _finished_run(repo, "gtpo", with_eval=False)
+    (repo / run / "completions").mkdir()
+    for step in (1, 2):
+        (repo / run / "completions" / f"completions_{step:05d}.parquet").write_bytes(b"PAR1")
+    result = _hook(repo, fake, run)
+    assert result.returncode == 0, result.stderr
+    committed = set(_git(repo, "show", "--name-only", "--format=", "HEAD").split())
+    assert committed == {
+        f"{run}/run.json",
+        f"{run}/metrics.jsonl",
+        f"{run}/completions/completions_00001.parquet",
+        f"{run}/completions/completions_00002.parquet",
+        "studies/s/compare.json",
+        "studies/s/code-commit",
+        "studies/s/summary.md",
+        "studies/s/summary.json",
+    }
+
+
+def test_gitignore_keeps_a_runs_completions_record_in_the_commit():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for folder in ("studies/x/runs/gtpo/seed1", "studies/x/post-hoc/v/seed1"):
+        path = f"{folder}/completions/completions_00001.parquet"
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        assert ignored.returncode == 1, path  # 1: not ignored
+
+
 def _study_arguments(name: str) -> list[str]:
     """The `args=(...)` words run_study.sh gives `gtpo compare` for study NAME, as bash would split them."""
     import re

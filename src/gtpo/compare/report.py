@@ -9,6 +9,11 @@ From the run folders alone (``OUT/runs/<arm>/seed<S>/metrics.jsonl`` and, with `
 - per pair of arms: the paired difference over the seeds both finished (:func:`gtpo.compare.stats.paired_difference`);
 - figures: the panels of ``gtpo plot`` (:data:`gtpo.runs.plots.PANELS`), per arm the mean over seeds of the
   smoothed curves with a 95% band, and one stability panel per run.
+
+A pre-registered study (its folder holds ``PREREGISTRATION.md``) is analysed once, after its last run: until every
+run of ``compare.json`` has finished its summary withholds every estimate (per-arm numbers, paired differences,
+stability, figures) and says only how many runs have finished, so refreshing it after each run is no interim look
+(issue 38, item 6). Complete, it gets the full summary like any other study.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from gtpo.runs.plots import moving_average, panel_keys
 logger = logging.getLogger(__name__)
 
 LN2 = math.log(2.0)
+PREREGISTRATION = "PREREGISTRATION.md"
 
 
 def stability(steps: list[int], format_pct: list[float], entropy: list[float], window: int, format_drop: float) -> dict:
@@ -119,6 +125,9 @@ def aggregate(
     runs = collect(spec, out, window, format_drop, include_unfinished)
     arm_names = [a.name for a in spec.arms]
     finished = {a: [s for s in spec.seeds if run_status(run_dir(out, a, s)) == "finished"] for a in arm_names}
+    total, done = len(arm_names) * len(spec.seeds), sum(len(v) for v in finished.values())
+    if (out / PREREGISTRATION).is_file() and done < total:
+        return _withhold(out, runs, finished, total, done, window, format_drop, include_unfinished)
     metric_names = list(METRICS) + sorted({m for r in runs.values() for m in r["eval"]}, key=_eval_order)
     per_seed = {a: {m: {} for m in metric_names} for a in arm_names}
     for (arm, seed), run in runs.items():
@@ -145,8 +154,8 @@ def aggregate(
         "window": window,
         "format_drop": format_drop,
         "include_unfinished": include_unfinished,
-        "total_runs": len(arm_names) * len(spec.seeds),
-        "finished_runs": sum(len(v) for v in finished.values()),
+        "total_runs": total,
+        "finished_runs": done,
         "arms": arms,
         "pairs": pairs,
         "runs": {
@@ -167,6 +176,35 @@ def aggregate(
 
         plot_arms(runs, arm_names, out / "figures")  # smoothing as `gtpo plot`: about 1/8 of the run
         plot_stability(runs, arm_names, spec.seeds, out / "figures" / "stability.png", window, format_drop)
+    return summary
+
+
+def _withhold(out: Path, runs: dict, finished: dict, total: int, done: int, window, format_drop, unfinished) -> dict:
+    """The summary of an incomplete pre-registered study: which runs have finished, no estimate (no figures)."""
+    summary = {
+        "window": window,
+        "format_drop": format_drop,
+        "include_unfinished": unfinished,
+        "total_runs": total,
+        "finished_runs": done,
+        "withheld": f"pre-registered ({PREREGISTRATION}): estimates withheld until all {total} runs have finished",
+        "arms": {arm: {"finished_seeds": seeds} for arm, seeds in finished.items()},
+        "pairs": [],
+        "runs": {f"{a}/seed{s}": {"status": r["status"], "steps": r["steps"]} for (a, s), r in runs.items()},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = [
+        f"# gtpo compare: summary ({done} of {total} runs finished)",
+        "",
+        f"**Pre-registered study, not complete**: this folder has a {PREREGISTRATION}, so the study is analysed "
+        f"once, after its last run. Until all {total} runs have finished, this summary shows no estimate (no "
+        "per-arm numbers, no paired differences, no stability, no figures): only which runs have finished.",
+        "",
+        "| arm | finished seeds |",
+        "|---|---|",
+    ]
+    lines += [f"| {arm} | {','.join(map(str, seeds)) or 'none'} |" for arm, seeds in finished.items()]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
     return summary
 
 
