@@ -14,6 +14,7 @@ from gtpo.eval.backends import Completion, SamplingSettings, TransformersBackend
 from gtpo.eval.metrics import group_answers, maj_at_k_from_classes
 from gtpo.eval.runner import (
     RESULTS_FILE,
+    RUN_FILE,
     SAMPLES_FILE,
     EvalConfig,
     evaluate,
@@ -177,10 +178,18 @@ def test_resume_skips_done_samples_and_matches_uninterrupted_run(tmp_path, gsm8k
     key = lambda r: (str(r["problem_id"]), r["sample_index"])  # noqa: E731
     assert sorted(records, key=key) == sorted(uninterrupted, key=key)
     assert results["pass@k"] == recount(records, problems, N)["pass@k"]
+    # run.json shows the resume: when, and how many samples were recorded before it (not the first invocation)
+    run = json.loads((Path(config.output_dir) / RUN_FILE).read_text())
+    assert "resumes" not in json.loads((tmp_path / "a" / "run" / RUN_FILE).read_text())
+    [resume] = run["resumes"]
+    assert resume["samples_done"] == config.batch_size and resume["samples_total"] == LIMIT * N
+    assert (resume["dtype"], resume["batch_size"]) == (config.dtype, config.batch_size)
+    assert resume["at"] >= run["created"]
 
     again = ScriptedBackend(problems, lambda p, s: "unused")
     evaluate(config, backend=again)
     assert again.calls == []  # complete: nothing sampled, nothing loaded
+    assert json.loads((Path(config.output_dir) / RUN_FILE).read_text())["resumes"] == [resume]  # not a resume
 
 
 def test_tiny_model_resume_reproduces_the_interrupted_batches(tmp_path, gsm8k_source, problems, monkeypatch):

@@ -194,6 +194,13 @@ def test_kill_9_at_five_points_then_resume_gives_the_uninterrupted_samples(tmp_p
     assert len({(r["problem_id"], r["sample_index"]) for r in records}) == len(records)  # each sample once
     results = json.loads((run_dir / RESULTS_FILE).read_text())
     assert results["pass@k"] == reference_results["pass@k"] and results["maj@k"] == reference_results["maj@k"]
+    # run.json shows every resume: the four killed invocations after the first and the last one, each with the
+    # samples recorded when it started (what the kill before it left; the last one found them all, no results)
+    resumes = json.loads((run_dir / RUN_FILE).read_text())["resumes"]
+    done = [r["samples_done"] for r in resumes]
+    assert len(done) == len(faults) and all(r["samples_total"] == N * LIMIT for r in resumes)
+    assert done[0] == 0 and 1 <= done[1] <= BATCH - 1 and done[2:] == [BATCH, 2 * BATCH, N * LIMIT]
+    assert [r["at"] for r in resumes] == sorted(r["at"] for r in resumes)
 
 
 def test_kill_9_from_outside_while_sampling_then_resume_gives_the_uninterrupted_samples(

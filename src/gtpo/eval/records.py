@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gtpo.errors import InvalidInput
+from gtpo.runs.folder import utc_timestamp
 from gtpo.runs.jsonl import read_jsonl
 
 # Fields of a record that results are computed from.
@@ -71,6 +72,16 @@ def write_json_atomic(path: Path, payload: dict) -> None:
             f"cannot write {path}: {err.strerror or err}; free space (or fix permissions) and re-run "
             "the same command: finished samples are kept"
         ) from None
+
+
+def record_resume(run_json: Path, done: int, total: int, dtype: str | None, batch_size: int) -> None:
+    """Append one resume of an evaluation to its run.json's ``resumes``: when it started, how many of the ``total``
+    samples were already recorded, and the settings that may change between invocations (dtype, batch size)."""
+    record = json.loads(run_json.read_text(encoding="utf-8-sig"))
+    entry = {"at": utc_timestamp(), "samples_done": done, "samples_total": total, "dtype": dtype,
+             "batch_size": batch_size}  # fmt: skip
+    record.setdefault("resumes", []).append(entry)
+    write_json_atomic(run_json, record)
 
 
 class OrderedBatchWriter:

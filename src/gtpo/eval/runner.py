@@ -4,7 +4,8 @@ One run folder per (model, task):
 
 - ``run.json``: the settings that define the samples (:data:`RUN_KEYS`). A second run into the same folder
   must use the same ones, or it stops with an error:
-  samples drawn under different settings are never mixed.
+  samples drawn under different settings are never mixed. Each later invocation that resumes it (samples or
+  results missing) appends to its ``resumes`` when it started and how many samples were already recorded.
 - ``samples.jsonl``: one record per completion, appended batch by batch with flush + fsync, so an
   interrupted run loses at most the batch in flight; a re-run skips every (problem_id, sample_index)
   already recorded. Record fields: problem_id, sample_index, text, answer (extracted, or null), correct,
@@ -34,7 +35,7 @@ import numpy as np
 from gtpo.errors import InvalidInput
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import summarize_records
-from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, write_json_atomic
+from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, record_resume, write_json_atomic
 from gtpo.runs.folder import utc_timestamp
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def _effective_few_shot(task: str, few_shot: int | None) -> int | None:
     return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
 
 
-def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
+def _check_or_write_run_file(run_dir: Path, settings: dict) -> bool:
+    """Write run.json (True), or check that the recorded one has the same settings (False)."""
     path = run_dir / RUN_FILE
     if not path.exists():
         if (run_dir / SAMPLES_FILE).exists():
@@ -202,7 +204,7 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
                 "samples were drawn; use another output directory"
             )
         write_json_atomic(path, {**settings, "created": utc_timestamp()})
-        return
+        return True
     try:
         recorded = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -224,6 +226,7 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> None:
             f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
             f"ones. Use another --output_dir, or the recorded settings. Differences: " + "; ".join(diffs)
         )
+    return False
 
 
 # Threads grading one batch while the next one generates: the grader's symbolic verdicts run in its worker
@@ -263,7 +266,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     settings = _run_settings(config, problems)
     samples_path = run_dir / SAMPLES_FILE
     with removed_if_never_started(run_dir, SAMPLES_FILE):
-        _check_or_write_run_file(run_dir, settings)
+        created = _check_or_write_run_file(run_dir, settings)
         done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
         units = [(p, s) for p in problems for s in range(config.num_samples)]
         pending = [(p, s) for p, s in units if (str(p.id), s) not in done]
@@ -274,6 +277,8 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
             len(units),
             samples_path,
         )
+        if not created and (pending or not (run_dir / RESULTS_FILE).is_file()):
+            record_resume(run_dir / RUN_FILE, len(units) - len(pending), len(units), config.dtype, config.batch_size)
         if pending:
             _sample(config, backend, units, done, samples_path)
     results = summarize_records(read_records(samples_path), problems, config.num_samples)
