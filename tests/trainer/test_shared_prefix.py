@@ -8,6 +8,8 @@ with `use_prefix_sharing=False`) in float32:
 - whole training runs give the same update with groups split over micro-batches, gradient accumulation,
   num_iterations=2 and beta > 0;
 - where it cannot apply it falls back to TRL's path and says why in one log line.
+- rows that mask_truncated_completions masks score 0 and add no loss or gradient, as in TRL's layout, even when a
+  whole micro-batch is masked and packs into no position (issue 39).
 """
 
 from __future__ import annotations
@@ -226,5 +228,116 @@ def test_training_update_equals_the_padded_layout(tmp_path, tiny_model_path, ove
         updates.append({name: after[name] - before[name] for name in before})
         assert bool(packed_calls) == sharing  # the packed path ran in the first run only
     assert max(u.abs().max().item() for u in updates[1].values()) > 1e-3  # the step moved the weights
+    for name, expected in updates[1].items():
+        assert (updates[0][name] - expected).norm() <= 1e-4 * expected.norm() + 1e-7, name
+
+
+def _masked_batch(vocab: int, case: str):
+    """`_batch` with `mask_truncated_completions`' masking (TRL's `_generate_and_score_completions`): a truncated
+    row runs to K tokens and keeps them, its completion mask is zeroed. "partly": rows 0, 3 and 6 (one prompt's
+    three rows) and row 4; "all": every row; "all-one-token": every row, each prompt cut to its last token, so that
+    the packed sequence would hold no position at all (issue 39's crash)."""
+    ids, mask = _batch(vocab, seed=3)
+    truncated = torch.ones(8, dtype=torch.bool)
+    if case == "partly":
+        truncated[:] = False
+        truncated[[0, 3, 4, 6]] = True
+    full = torch.randint(3, vocab, (8, K), generator=torch.Generator().manual_seed(4))
+    ids[truncated, PROMPT:] = full[truncated]
+    mask[truncated, PROMPT:] = 0
+    if case == "all-one-token":
+        ids, mask = ids[:, PROMPT - 1 :], mask[:, PROMPT - 1 :]
+    return ids, mask
+
+
+@pytest.mark.parametrize("algorithm", ["gtpo", "grpo"])
+@pytest.mark.parametrize("case", ["partly", "all", "all-one-token"])
+def test_masked_completions_give_trl_padded_scores_loss_and_gradients(
+    tmp_path, tiny_model_path, monkeypatch, case, algorithm
+):
+    """A row that mask_truncated_completions masks scores 0 and adds no loss and no gradient, as in TRL's padded
+    layout. With the packed layout forced, a micro-batch with some rows masked, all of them, or all of them with
+    one-token prompts (which pack into no position: there TRL's path must run, not crash) gives TRL's padded
+    per-token log-probs and entropies (within 1e-5) and, through `_compute_loss` (dapo, off-policy so the ratio
+    moves), the loss of the same call with `use_prefix_sharing=False` (within 1e-5) and its parameter gradients
+    (‖Δg‖/‖g‖ ≤ 1e-4 per tensor, so exactly zero where TRL's are, and on the same parameters)."""
+    monkeypatch.setattr(shared_prefix, "packed_is_cheaper", lambda *a: True)
+    packed_calls = []
+    original = shared_prefix.packed_logps
+    monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
+    trainer = _trainer(
+        tmp_path, tiny_model_path, algorithm=algorithm, loss_type="dapo", mask_truncated_completions=True,
+        initial_entropy=1.0,
+    )  # fmt: skip
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train, which this test does not run
+    model = trainer.model
+    ids, mask = _masked_batch(model.config.vocab_size, case)
+    prompt = ids.size(1) - K
+
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, K, compute_entropy=True)
+    trl_logps, trl_entropies, _ = _trl(trainer, model, ids, mask, compute_entropy=True)
+    assert bool(packed_calls) == (case != "all-one-token")  # the packed layout ran wherever it has positions
+    torch.testing.assert_close(logps, trl_logps, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropies, trl_entropies, atol=1e-5, rtol=0)
+
+    generator = torch.Generator().manual_seed(5)
+    inputs = dict(
+        prompt_ids=ids[:, :prompt], prompt_mask=mask[:, :prompt], completion_ids=ids[:, prompt:],
+        completion_mask=mask[:, prompt:], advantages=torch.randn(8, generator=generator),
+        num_items_in_batch=mask[:, prompt:].sum(),
+        old_per_token_logps=trl_logps.detach() + 0.1 * torch.randn(8, K, generator=generator),
+    )  # fmt: skip
+    losses, gradients = [], []
+    for sharing in (True, False):
+        trainer.args.use_prefix_sharing = sharing
+        model.zero_grad()
+        loss = trainer._compute_loss(model, inputs)
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=0)
+    assert gradients[0].keys() == gradients[1].keys() and len(gradients[0]) > 0
+    for name, expected in gradients[1].items():
+        assert (gradients[0][name] - expected).norm() <= 1e-4 * expected.norm(), name
+
+
+class _Truncated(GTPOTrainer):
+    """Every completion runs to max_completion_length without EOS or padding, so TRL counts each as truncated."""
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        special = set(self._tokenizer.all_special_ids)
+        tokens = [t for t in range(self.model.config.vocab_size) if t not in special][: self.max_completion_length]
+        return [tokens[row % 2 :] + tokens[: row % 2] for row in range(len(prompt_ids))], None
+
+
+@pytest.mark.parametrize("algorithm", ["gtpo", "grpo"])
+def test_training_step_with_every_completion_truncated_and_masked(tmp_path, tiny_model_path, algorithm):
+    """TRL's test_train_with_mask_truncated_completions*, run with GTPOTrainer (issue 39): with
+    mask_truncated_completions=True, loss_type="dapo", G = 3 and every completion truncated, a training step on
+    one-token prompts (each micro-batch packs into no position) runs, and its update equals the one TRL's padded
+    layout gives (use_prefix_sharing=False)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    prompts = ["a", "b", "C", "x"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    assert all(len(tokenizer(p, add_special_tokens=False).input_ids) == 1 for p in prompts)  # the crash's premise
+    updates = []
+    for sharing in (True, False):
+        args = GTPOConfig(
+            output_dir=str(tmp_path / f"out-{sharing}"), use_cpu=True, bf16=False, report_to=[], num_generations=3,
+            per_device_train_batch_size=3, max_completion_length=8, max_steps=1, save_strategy="no", seed=0,
+            disable_tqdm=True, algorithm=algorithm, loss_type="dapo", mask_truncated_completions=True,
+            initial_entropy=1.0, use_prefix_sharing=sharing, **SGD,
+        )  # fmt: skip
+        trainer = _Truncated(
+            model=tiny_model_path, reward_funcs=table_reward, args=args,
+            train_dataset=Dataset.from_dict({"prompt": prompts}),
+        )  # fmt: skip
+        before = trainable_state(trainer.model)
+        trainer.train()
+        assert trainer.state.log_history[0]["completions/clipped_ratio"] == 1.0  # every completion truncated
+        after = trainable_state(trainer.model)
+        updates.append({name: after[name] - before[name] for name in before})
     for name, expected in updates[1].items():
         assert (updates[0][name] - expected).norm() <= 1e-4 * expected.norm() + 1e-7, name

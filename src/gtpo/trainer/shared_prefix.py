@@ -253,9 +253,9 @@ def per_token_logps_and_entropies(
     """`GRPOTrainer._get_per_token_logps_and_entropies` with each distinct prompt encoded once per micro-batch.
 
     Every log-prob TRL computes goes through that method: the loss, the old log-probs, the reference model's
-    (beta > 0) and GTPO's ⟨H⟩_ini. Where packing cannot apply, or would cost more, ``padded`` (TRL's method) scores
-    the batch, and the reason is logged once. Used by `GTPOTrainer` for both algorithms, so that GTPO-vs-GRPO
-    comparisons run on the same layout.
+    (beta > 0) and GTPO's ⟨H⟩_ini. Where packing cannot apply, would cost more, or would leave no position to run,
+    ``padded`` (TRL's method) scores the batch, and the reason is logged once. Used by `GTPOTrainer` for both
+    algorithms, so that GTPO-vs-GRPO comparisons run on the same layout.
 
     Args:
         trainer: the GTPOTrainer. padded: TRL's bound method, for the fallback.
@@ -278,7 +278,14 @@ def per_token_logps_and_entropies(
     for start in range(0, input_ids.size(0), batch_size):
         ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
         packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
-        if not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length):
+        if packed.length == 0:
+            # One-token prompts (empty prefixes) and no unmasked completion token (mask_truncated_completions
+            # masks truncated rows): nothing to run, and a model cannot take a 0-length sequence. TRL's padded
+            # forward gives this batch's numbers (0, with a zero gradient through the graph) and keeps every rank's
+            # forward and backward in step. `length` is a host int, so the check adds no sync.
+            _note(trainer, "a micro-batch of one-token prompts with no completion token to score packs into nothing")
+            logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
+        elif not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length):
             _note(trainer, "packing would cost more than padding for this batch's lengths")
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
         else:
