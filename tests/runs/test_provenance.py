@@ -8,6 +8,8 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -155,6 +157,7 @@ def test_gtpo_eval_writes_the_provenance_into_its_run_json(tmp_path, tiny_model_
     rows = [{"answer": p.gold, "id": p.id, "prompt": p.prompt} for p in load_problems("synthetic", limit=2)]
     lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
     assert record["dataset"] == {"rows": 2, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+    assert record["machine"]["cpu_cores"] == os.cpu_count() and record["machine"]["cpu"] == _cpuinfo_model_name()
 
 
 def test_gtpo_train_writes_the_provenance_into_its_run_json(tmp_path):
@@ -177,3 +180,73 @@ def test_gtpo_train_writes_the_provenance_into_its_run_json(tmp_path):
     assert record["dataset"] == {"rows": len(rows), "sha256": hashlib.sha256(lines.encode()).hexdigest()}
     assert record["code"]["git_commit"] == _git("rev-parse", "HEAD").stdout.strip()
     assert record["versions"]["peft"] == metadata.version("peft")
+    assert record["machine"]["cpu_cores"] == os.cpu_count() and record["machine"]["cpu"] == _cpuinfo_model_name()
+    assert record["machine"]["cpu_bf16"] == _cpuinfo_has_bf16_units()
+
+
+# ------------------------------------------------------------------------------------------- the machine
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_model_name() -> str | None:
+    names = [line.split(":", 1)[1].strip() for line in _cpuinfo().splitlines() if line.startswith("model name")]
+    return names[0] if names else (platform.processor() or None)
+
+
+def _cpuinfo_has_bf16_units() -> bool | None:
+    flags = {f for line in _cpuinfo().splitlines() if line.split(":")[0].strip() in ("flags", "Features")
+             for f in line.split(":", 1)[1].split()}  # fmt: skip
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
+
+
+def test_machine_records_the_cpu_its_cores_its_bf16_units_and_the_gpus():
+    """Issue 38, item 8: the dtype `auto` picks and every timing depend on the CPU. The record: its model name and
+    bf16 units (read here from /proc/cpuinfo by hand), its cores (os), torch's threads, the CUDA devices' names."""
+    import torch
+
+    record = provenance.machine()
+    assert record["cpu"] == _cpuinfo_model_name() and record["arch"] == platform.machine()
+    assert record["cpu_cores"] == os.cpu_count() and 1 <= record["cpu_cores_usable"] <= os.cpu_count()
+    assert record["cpu_bf16"] == _cpuinfo_has_bf16_units()
+    assert record["torch_threads"] == torch.get_num_threads()
+    expected = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
+    assert record["gpus"] == expected
+    assert provenance.provenance(None, None)["machine"] == record
+    json.dumps(record)  # it goes into run.json
+
+
+def test_machine_reads_bf16_units_through_the_test_dtype_auto_makes(monkeypatch):
+    """One detector: the record's cpu_bf16 is gtpo.models.cpu_computes_bf16, the function `dtype: auto` asks."""
+    import gtpo.models
+
+    for answer in (True, False, None):
+        monkeypatch.setattr(gtpo.models, "cpu_computes_bf16", lambda answer=answer: answer)
+        assert provenance.machine()["cpu_bf16"] is answer
+
+
+def test_cpu_model_name_from_cpuinfo_text(monkeypatch):
+    epyc = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: avx2\n"
+    assert provenance.cpu_model_name(epyc) == "AMD EPYC 7B13"
+    monkeypatch.setattr(platform, "processor", lambda: "aarch64")
+    assert provenance.cpu_model_name("processor\t: 0\nFeatures\t: fp asimd bf16\n") == "aarch64"  # Arm: no name
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert provenance.cpu_model_name("") is None
+
+
+def test_an_evaluation_resumed_on_another_machine_shows_it(tmp_path, monkeypatch):
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps({"model": "m"}))
+    provenance.add_provenance(run_json, None, None)
+    first = json.loads(run_json.read_text())["machine"]
+    monkeypatch.setattr(provenance, "machine", lambda: {**first, "cpu": "Other CPU", "cpu_bf16": not first["cpu_bf16"]})
+    provenance.add_provenance(run_json, None, None)
+    record = json.loads(run_json.read_text())
+    assert record["machine"] == first and record["invocations"][0]["machine"]["cpu"] == "Other CPU"

@@ -11,13 +11,17 @@ Training (`gtpo train|sft`, :func:`run_record`) and evaluation (`gtpo eval`, :fu
   A hash is cached by (path, size, mtime) under :func:`gtpo.models.cache_dir`, so a run does not read the 100 MB
   GGUF again;
 - ``dataset``: the number of rows and the sha256 of the rows the run used (:func:`rows_fingerprint`), each row
-  as canonical JSON (sorted keys) on its own line, so anyone can recompute it from the task's rows.
+  as canonical JSON (sorted keys) on its own line, so anyone can recompute it from the task's rows;
+- ``machine``: the hardware the dtype ``auto`` picks for and every timing depends on (:func:`machine`): the CPU's
+  model name, its cores, whether it has bf16 arithmetic units, torch's threads, and the GPUs torch sees.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -76,6 +80,48 @@ def code_version() -> dict:
         "git_dirty": bool(paths) if changed is not None else None,
         "git_dirty_paths": paths[:_MAX_DIRTY_PATHS],
     }
+
+
+def cpu_model_name(cpuinfo: str | None = None) -> str | None:
+    """The CPU's model name: the ``model name`` line of ``cpuinfo`` (/proc/cpuinfo when None), else what
+    :func:`platform.processor` says, else None."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    return platform.processor() or None
+
+
+def machine() -> dict:
+    """What the run ran on: ``cpu`` (model name), ``arch``, ``cpu_cores`` (logical, :func:`os.cpu_count`) and
+    ``cpu_cores_usable`` (this process's affinity), ``cpu_bf16`` (bf16 arithmetic units: AVX512-BF16, AMX or Arm
+    BF16, from :func:`gtpo.models.cpu_computes_bf16`, the test ``dtype: auto`` makes; None when unknown),
+    ``torch_threads`` and ``gpus`` (the name of every CUDA device torch sees; empty on a CPU-only machine)."""
+    from gtpo.models import cpu_computes_bf16
+
+    record = {
+        "cpu": cpu_model_name(),
+        "arch": platform.machine() or None,
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_bf16": cpu_computes_bf16(),
+        "torch_threads": None,
+        "gpus": [],
+    }
+    try:
+        import torch
+
+        record["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            record["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - a record of the machine never stops a run
+        pass
+    return record
 
 
 # ------------------------------------------------------------------------------------------- files
@@ -168,8 +214,8 @@ def rows_fingerprint(rows: Iterable[dict]) -> dict:
 
 
 def provenance(model: str | None, rows: Iterable[dict] | None) -> dict:
-    """``code``, ``versions``, ``model_files`` and ``dataset`` (see the module's docstring)."""
-    record = {"code": code_version(), "versions": package_versions()}
+    """``code``, ``versions``, ``machine``, ``model_files`` and ``dataset`` (see the module's docstring)."""
+    record = {"code": code_version(), "versions": package_versions(), "machine": machine()}
     if model is not None:
         record["model_files"] = model_files(model)
     if rows is not None:
@@ -193,8 +239,8 @@ def run_record(command: list[str], recipe: dict, *dataclass_args, model: str | N
 
 def add_provenance(run_json: str | Path, model: str | None, rows: Iterable[dict] | None) -> None:
     """Add :func:`provenance` to an evaluation's existing ``run.json`` (written by `gtpo.eval.runner`, whose
-    settings it leaves alone). The first invocation's is kept at the top level; a later invocation whose code or
-    versions differ (a resumed evaluation) is appended to ``invocations``, so a mixed record shows."""
+    settings it leaves alone). The first invocation's is kept at the top level; a later invocation whose code,
+    versions or machine differ (a resumed evaluation) is appended to ``invocations``, so a mixed record shows."""
     path = Path(run_json)
     try:
         record = json.loads(path.read_text(encoding="utf-8-sig"))
@@ -205,7 +251,7 @@ def add_provenance(run_json: str | Path, model: str | None, rows: Iterable[dict]
     now = {**provenance(model, rows), "at": utc_timestamp()}
     if "code" not in record:
         record.update(now)
-    elif any(record.get(key) != now.get(key) for key in ("code", "versions", "model_files", "dataset")):
+    elif any(record.get(key) != now.get(key) for key in ("code", "versions", "machine", "model_files", "dataset")):
         record.setdefault("invocations", []).append(now)
     else:
         return
