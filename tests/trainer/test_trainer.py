@@ -177,6 +177,8 @@ def test_every_gtpo_field_is_documented_with_help():
         "initial_entropy_prompts",
         "use_prefix_sharing",
         "fast_generation",
+        "log_completions_max_groups",
+        "print_completions",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:

@@ -79,7 +79,17 @@ class InspectArguments:
             "question=problem,answer=solution"
         },
     )
-    index: int = field(default=0, metadata={"help": "row of the task to take the prompt from"})
+    run: str | None = field(
+        default=None,
+        metadata={
+            "help": "a training run's folder: show a group of its completion record (completions/*.parquet) as the "
+            "step's loss saw it, without loading the model (--step, --index)"
+        },
+    )
+    step: int | None = field(default=None, metadata={"help": "with --run: the recorded step (default the newest)"})
+    index: int = field(
+        default=0, metadata={"help": "row of the task to take the prompt from; with --run, the group of the step"}
+    )
     prompt: str | None = field(
         default=None, metadata={"help": "a question of your own instead of --index (give --answer for accuracy)"}
     )
@@ -176,6 +186,10 @@ def run_inspect(argv: list[str]) -> int:
     from gtpo.models import load_model, load_tokenizer, resolve_model
 
     args = parse_inspect_args(argv)
+    if args.run is not None:
+        return _inspect_record(args)
+    if args.step is not None:
+        raise InvalidInput("--step reads a run's completion record: give --run RUN_DIR too")
     s = settings_from(args)
     if args.group and (args.prompt or args.index != 0):
         raise InvalidInput("--group reads a recorded group: leave out --prompt and --index")
@@ -224,6 +238,23 @@ def run_inspect(argv: list[str]) -> int:
     (out / "group.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
     inspect_render.plot_group(record, out / "group.png", combine=s["combine"])
     print(inspect_render.terminal_text(record, combine=s["combine"], color=inspect_render.use_color(args.color)))
+    print(f"gtpo inspect: wrote {out / 'group.json'} and {out / 'group.png'}")
+    return 0
+
+
+def _inspect_record(args: InspectArguments) -> int:
+    """`gtpo inspect --run RUN [--step N] [--index K]`: a recorded group rendered from the record alone."""
+    from gtpo.inspection import render as inspect_render
+    from gtpo.inspection.recorded import recorded_group
+
+    if args.group or args.prompt:
+        raise InvalidInput("--run shows a recorded group: leave out --group and --prompt")
+    record, combine = recorded_group(args.run, args.step, args.index)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "group.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+    inspect_render.plot_group(record, out / "group.png", combine=combine)
+    print(inspect_render.terminal_text(record, combine=combine, color=inspect_render.use_color(args.color)))
     print(f"gtpo inspect: wrote {out / 'group.json'} and {out / 'group.png'}")
     return 0
 

@@ -111,6 +111,8 @@ def terminal_text(record: dict, combine: str = "union", color: bool = False) -> 
         f"gtpo inspect: {len(record['completions'])} completions; λ by {combine}; "
         f"spans ⟦forward⟧ ⟪backward⟫; {legend}; 1 elsewhere"
     ]
+    if record.get("note"):
+        lines.append(record["note"])
     if record.get("initial_entropy") is not None:
         source = (
             ""

@@ -31,6 +31,7 @@ import shutil
 from pathlib import Path
 
 from gtpo.errors import InvalidInput
+from gtpo.runs.completions import RECORD_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ WEIGHTS = (
     "pytorch_model.bin", "pytorch_model.bin.index.json",
 )  # fmt: skip
 # What gtpo and Trainer write into a run folder; `--overwrite_output_dir true` removes these and nothing else.
-RUN_OUTPUTS = (RUN_RECORD, "metrics.jsonl", "model", "figures", "README.md")
+RUN_OUTPUTS = (RUN_RECORD, "metrics.jsonl", "model", "figures", "README.md", RECORD_DIR)
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 

@@ -2,13 +2,15 @@
 
 Every GTPO field is documented once, in its `metadata["help"]`, with the paper symbol it sets; the
 same text is what `HfArgumentParser` prints for `--help`. Everything else is TRL's `GRPOConfig`,
-unchanged except for three defaults (see `docs/metrics.md`, "TRL defaults GTPOConfig overrides"):
+unchanged except for four defaults (see `docs/metrics.md`, "TRL defaults GTPOConfig overrides"):
 
 - `loss_type="grpo"` (TRL: "dapo"): Eq. 1/7 average tokens within a completion, then completions,
   so the GRPO baseline from the same config is the paper's GRPO. With algorithm="gtpo", "bnpo",
   "dr_grpo" and "dapo" are accepted as aggregations of GTPO's token losses.
 - `bf16=None` resolves to False where no accelerator is present or `use_cpu=True` (TRL: True
   everywhere): on CPU bf16 autocast is slow and loses the precision the tests compare at.
+- `log_completions=True` (TRL: False): every run records its completions, with GTPO's columns
+  (`gtpo.trainer.completion_record`), without TRL's console table unless `print_completions=True`.
 - `beta=0.0` is TRL's default already and the paper's GTPO (no KL term); with `algorithm="gtpo"` a positive
   beta adds TRL's KL term to GTPO's loss, with a warning (an ablation).
 
@@ -89,6 +91,17 @@ class GTPOConfig(GRPOConfig):
             "tokens of the whole generation batch) are TRL's formulas applied to GTPO's λ-weighted token losses, and "
             "'cispo', 'sapo', 'luspo' and 'vespo' are TRL's objectives (and normalizations) with λ weighting each "
             "token. With algorithm='grpo' every TRL loss type works as in GRPOConfig."
+        },
+    )
+    log_completions: bool = field(
+        default=True,
+        metadata={
+            "help": "Record the completions of every logging step in OUTPUT_DIR/completions/completions_{step:05d}"
+            ".parquet (TRL: False). TRL's file and columns (prompt, completion, each reward, advantage), plus gtpo's: "
+            "token ids and tokens, ⟨H⟩_i, δ_i, the advantage the loss weighted, the conflict span lengths and λ where "
+            "it is not 1 (computed for the record only with algorithm='grpo' or conflict_correction=False). No "
+            "console table unless print_completions; wandb/trackio tables as TRL's. Columns: docs/metrics.md. "
+            "Recording changes no update."
         },
     )
     bf16: bool | None = field(
@@ -198,6 +211,23 @@ class GTPOConfig(GRPOConfig):
         metadata={"help": "Number of training prompts (the dataset's first rows) on which ⟨H⟩_ini is measured."},
     )
 
+    log_completions_max_groups: int | None = field(
+        default=1,
+        metadata={
+            "help": "The completion record keeps the first this many groups (prompts) of each logged step; None "
+            "keeps all. A step's file costs about 7 KB plus about 10 bytes per recorded completion token "
+            "(docs/metrics.md): 7.3-7.8 KB for the offline default's group of 8, about 30 KB for a group of 8 GSM8K "
+            "solutions of 300 tokens, so about 30 MB per 1,000 logged steps; raise logging_steps to record fewer steps."
+        },
+    )
+    print_completions: bool = field(
+        default=False,
+        metadata={
+            "help": "Also print the recorded completions as TRL's console table (rich) at each logging step "
+            "(TRL prints it whenever log_completions is on; gtpo only when asked)."
+        },
+    )
+
     use_prefix_sharing: bool = field(
         default=True,
         metadata={
@@ -216,7 +246,9 @@ class GTPOConfig(GRPOConfig):
             "completions dropped from the batch (gtpo.sampling.decode; a float32 LoRA policy generates with its "
             "adapters folded in). It falls back to TRL's generate, with one log line, where it cannot apply (vLLM, "
             "continuous batching, images, tools, beam search, stop strings, a static cache, ...). Applies to both "
-            "algorithms. False: TRL's generate."
+            "algorithms. False: TRL's generate. The fast path never calls GenerationMixin.generate, so code or tests "
+            "that patch generate or rely on it being called (as TRL's own test_grpo_trainer.py does) need "
+            "fast_generation=False."
         },
     )
 
@@ -269,6 +301,11 @@ class GTPOConfig(GRPOConfig):
             raise ValueError(
                 f"GTPOConfig.initial_entropy_prompts must be >= 1, got {self.initial_entropy_prompts}: ⟨H⟩_ini is a "
                 "mean over that many training prompts."
+            )
+        cap = self.log_completions_max_groups
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(
+                f"GTPOConfig.log_completions_max_groups must be an integer >= 1 or None (all groups), got {cap!r}."
             )
         if self.num_generations is None or self.num_generations < 2:
             raise ValueError(

@@ -37,6 +37,7 @@ from trl import GRPOTrainer
 from gtpo import core
 from gtpo.trainer import generation, loss_options, shared_prefix, untempered
 from gtpo.trainer import initial_entropy as entropy_init
+from gtpo.trainer.completion_record import CompletionRecorder
 from gtpo.trainer.config import GTPOConfig
 from gtpo.trainer.reward_guards import guard_reward_funcs, is_empty, require_prompt_column
 
@@ -142,21 +143,30 @@ class GTPOTrainer(GRPOTrainer):
         self._initial_entropy_source = "config" if args.initial_entropy is not None else None
         self._initial_entropy_prompts: int | None = None
         self._span_inputs_checked: set[str] = set()  # modes whose first span batch passed the full checks
+        self._recorder = CompletionRecorder(self)  # completions/completions_{step}.parquet (log_completions)
 
     # ------------------------------------------------------------------ generation: conflict spans
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self.args.gtpo_enabled and self.args.conflict_correction:
-            output[FORWARD_SPAN], output[BACKWARD_SPAN] = self._local_conflict_spans(output)
+        applied = self.args.gtpo_enabled and self.args.conflict_correction
+        recording = self._recorder.active  # the record has spans and λ whether or not the loss applies them
+        if applied or recording:
+            gathered = self._gathered_spans(output)
+            if applied:
+                n_local, length = output["completion_ids"].shape
+                rows = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
+                output[FORWARD_SPAN] = gathered["forward"][rows, :length]  # TRL's process_slice
+                output[BACKWARD_SPAN] = gathered["backward"][rows, :length]
+            if recording:
+                self._recorder.on_generation(output, gathered)
         return output
 
-    def _local_conflict_spans(self, output) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's (B, T) forward/backward spans, computed over every rank's rows (whole groups)."""
+    def _gathered_spans(self, output) -> dict:
+        """Forward/backward spans (N, T_max) over every rank's rows (whole groups), with the gathered batch."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         ids, mask, advantages = output["completion_ids"], output["completion_mask"], output["advantages"]
-        n_local, length = ids.shape
         acc = self.accelerator
         # Ranks pad completions to their own longest one; pad to a common length before gathering.
         # Padding carries mask 0, so it never takes part in spans (validity comes from the mask only).
@@ -170,8 +180,8 @@ class GTPOTrainer(GRPOTrainer):
             all_ids, all_mask, all_advantages, group_size, validate=validate
         )  # (N, T_max)
         self._span_inputs_checked.add(mode)
-        rows = slice(acc.process_index * n_local, (acc.process_index + 1) * n_local)  # TRL's process_slice
-        return forward[rows, :length], backward[rows, :length]
+        return {"ids": all_ids, "mask": all_mask, "advantages": all_advantages, "forward": forward,
+                "backward": backward, "group_size": group_size}  # fmt: skip
 
     # ------------------------------------------------------------------ ⟨H⟩_ini
 
@@ -222,6 +232,8 @@ class GTPOTrainer(GRPOTrainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and self.accelerator.is_main_process:
+            self._recorder.resumed_at(self.state.global_step)
         if checkpoint is None or not self.args.gtpo_enabled:
             return
         state = entropy_init.load_state(checkpoint)
@@ -256,14 +268,20 @@ class GTPOTrainer(GRPOTrainer):
         compute_aux_loss=False, **extra,
     ):  # fmt: skip
         # Each distinct prompt encoded once, no padding (gtpo.trainer.shared_prefix), for both algorithms.
-        return shared_prefix.per_token_logps_and_entropies(
+        result = shared_prefix.per_token_logps_and_entropies(
             self, super()._get_per_token_logps_and_entropies, model, input_ids, attention_mask, logits_to_keep,
             batch_size, compute_entropy, compute_aux_loss, extra,
         )  # fmt: skip
+        if self._recorder.capturing:  # GRPO's loss forward: ⟨H⟩_i for the completion record
+            self._recorder.saw_entropies(result[1])
+        return result
 
     def _compute_loss(self, model, inputs):
         if not self.args.gtpo_enabled:
-            return super()._compute_loss(model, inputs)
+            self._recorder.start_grpo_loss()
+            loss = super()._compute_loss(model, inputs)
+            self._recorder.end_grpo_loss(inputs)  # ⟨H⟩_i of the record from the entropies TRL's loss computed
+            return loss
         args = self.args
         mode = "train" if self.model.training else "eval"
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -320,6 +338,7 @@ class GTPOTrainer(GRPOTrainer):
         )
         # ⟨H⟩_i, δ_i and A' (Eq. 6-7) once per micro-batch: TRL's masks, the loss and the metrics read them.
         terms = core.advantage_terms(loss_inputs, settings)
+        self._recorder.on_loss(inputs, terms.mean_entropy, terms.keep, terms.advantages)
         # GRPOConfig's options that compose with GTPO (docs/core.md), with TRL's own masks and KL inputs.
         loss_inputs.token_mask = loss_options.token_mask(
             self, inputs, per_token_logps, old_per_token_logps, sampling_entropies, terms.advantages
@@ -354,6 +373,16 @@ class GTPOTrainer(GRPOTrainer):
             mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, terms.advantages
         )
         return loss
+
+    def log(self, logs, start_time=None):
+        # TRL's completion table (console, parquet, wandb) is replaced by the record, which adds GTPO's columns.
+        recording, self.log_completions = self.log_completions, False
+        try:
+            super().log(logs, start_time)
+        finally:
+            self.log_completions = recording
+        if recording and self.model.training:
+            self._recorder.write(self.state.global_step)
 
     def _log_metrics(self, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
         """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
