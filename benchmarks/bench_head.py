@@ -15,21 +15,15 @@ median over repetitions is printed, with each arm's ratio to `trl`.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 
 def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), printed with every figure: the project's machines differ."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU's model name, printed with every figure: the project's machines differ (run.json records the same)."""
+    from gtpo.runs.provenance import cpu_model_name
+
+    return cpu_model_name() or "unknown CPU"
 
 
 def synchronize(device: str) -> None:

@@ -129,14 +129,22 @@ def test_an_evaluations_run_json_gains_provenance_and_a_changed_invocation_shows
     assert record["versions"] == first["versions"] and record["invocations"][0]["versions"] == {"torch": "0.0"}
 
 
-def test_a_resumed_training_run_records_the_code_it_resumed_with(tmp_path):
-    """Study A's gtpo/seed0 was resumed at another commit: the resume entry must say which."""
+def test_a_resumed_training_run_records_the_code_and_machine_it_resumed_with(tmp_path):
+    """Study A's gtpo/seed0 was resumed at another commit: the resume entry must say which, and on which machine
+    (timings and dtype auto depend on it)."""
     run_dir = tmp_path / "run"
-    start_run(run_dir, {"command": ["a"], "code": {"git_commit": "old"}, "versions": {"torch": "1"}})
-    start_run(run_dir, {"command": ["b"], "code": {"git_commit": "new"}, "versions": {"torch": "2"}}, resume="ck")
+    start_run(
+        run_dir, {"command": ["a"], "code": {"git_commit": "old"}, "versions": {"torch": "1"}, "machine": {"a": 1}}
+    )
+    start_run(
+        run_dir,
+        {"command": ["b"], "code": {"git_commit": "new"}, "versions": {"torch": "2"}, "machine": {"b": 2}},
+        resume="ck",
+    )
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["code"] == {"git_commit": "old"}
+    assert record["code"] == {"git_commit": "old"} and record["machine"] == {"a": 1}
     assert record["resumed"][0]["code"] == {"git_commit": "new"} and record["resumed"][0]["versions"] == {"torch": "2"}
+    assert record["resumed"][0]["machine"] == {"b": 2}
 
 
 def test_gtpo_eval_writes_the_provenance_into_its_run_json(tmp_path, tiny_model_path):

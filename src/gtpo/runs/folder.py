@@ -272,7 +272,7 @@ def start_run(run_dir: Path, record: dict, overwrite: bool = False, resume: str 
         if old is not None:
             old.setdefault("resumed", []).append(
                 {"from": resume, "command": record.get("command"), "at": utc_timestamp(),
-                 **{key: record[key] for key in ("code", "versions") if key in record}}
+                 **{key: record[key] for key in ("code", "versions", "machine") if key in record}}
             )  # fmt: skip
             for key in (FINISHED, FAILED, "error"):
                 old.pop(key, None)
