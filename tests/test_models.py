@@ -56,3 +56,36 @@ def test_cpu_bf16_units_are_read_from_the_cpu_flags():
     assert cpu_computes_bf16(epyc_avx2) is False
     assert cpu_computes_bf16(sapphire_rapids) is True and cpu_computes_bf16(graviton3) is True
     assert cpu_computes_bf16("") is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_smollm2_loads_from_its_folder_as_from_the_gguf(dtype):
+    """`load_model("smollm2")` reads the de-quantised folder built once from the GGUF (seconds instead of 15 s): the
+    weights equal a direct GGUF load bit for bit, in float32 and in bfloat16, and the tokenizer (ids, chat
+    template, special tokens) is the GGUF's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gtpo.models import load_model, load_tokenizer
+
+    source = resolve_model("smollm2")
+    direct = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file, dtype=getattr(torch, dtype))
+    fast = load_model("smollm2", dtype=dtype)
+    direct_state, fast_state = direct.state_dict(), fast.state_dict()
+    assert direct_state.keys() == fast_state.keys()
+    for name, value in direct_state.items():
+        assert fast_state[name].dtype == value.dtype and torch.equal(fast_state[name], value), name
+    gguf_tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    tokenizer = load_tokenizer("smollm2")
+    messages = [
+        {"role": "system", "content": "Respond in <reasoning>...</reasoning>"},
+        {"role": "user", "content": "x"},
+    ]
+    for text in ("What is 35 + 19?\n<answer>\n54\n</answer>", "  ünïcode\t\tand 1,234.5 ∑ 😀", ""):
+        assert tokenizer(text)["input_ids"] == gguf_tokenizer(text)["input_ids"]
+    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
+        gguf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    )
+    assert (tokenizer.eos_token_id, tokenizer.bos_token_id) == (
+        gguf_tokenizer.eos_token_id,
+        gguf_tokenizer.bos_token_id,
+    )

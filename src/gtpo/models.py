@@ -113,7 +113,7 @@ def load_tokenizer(name_or_path: str, **kwargs):
     """Tokenizer with a pad token (falls back to EOS, as TRL does) and left padding for generation."""
     from transformers import AutoTokenizer
 
-    source = resolve_model(name_or_path)
+    source = _fast_source(resolve_model(name_or_path))
     tokenizer = AutoTokenizer.from_pretrained(source.path, **source.kwargs(), **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -138,10 +138,20 @@ def load_model(name_or_path: str, dtype=None, **kwargs):
 
         model = load_model(base, dtype=dtype, **kwargs)
         return PeftModel.from_pretrained(model, source.path).merge_and_unload()
+    source = _fast_source(source)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype or torch.float32, **source.kwargs(), **kwargs)
     if source.gguf_file:
         _drop_dequantized_gguf_flag(model)
     return model
+
+
+def _fast_source(source: ModelSource) -> ModelSource:
+    """The offline SmolLM2 from its de-quantised safetensors folder (:func:`offline_model_dir`, built from the GGUF
+    once): the same float32 weights and tokenizer, loaded in about a second instead of 15 s of GGUF parsing and
+    de-quantisation per process (tests/test_models.py compares the two loads). Anything else is left as it is."""
+    if source.gguf_file != _SMOLLM2_GGUF or source.path != str(_smollm2_dir()):
+        return source
+    return ModelSource(str(offline_model_dir(SMOLLM2)))
 
 
 def _drop_dequantized_gguf_flag(model) -> None:
@@ -203,9 +213,17 @@ def offline_model_dir(name: str) -> Path:
     folder = {v: k for k, v in _offline_folder_names().items()}[SMOLLM2]
 
     def build(staging: Path) -> None:
-        model = load_model(SMOLLM2, dtype="float32")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        # From the GGUF itself (load_model and load_tokenizer read this folder once it exists).
+        gguf = dict(gguf_file=_SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(str(_smollm2_dir()), dtype="float32", **gguf)
+        _drop_dequantized_gguf_flag(model)
         model.save_pretrained(staging)
-        load_tokenizer(SMOLLM2).save_pretrained(staging)
+        tokenizer = AutoTokenizer.from_pretrained(str(_smollm2_dir()), **gguf)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.save_pretrained(staging)
         logger.info("wrote SmolLM2-135M-Instruct, de-quantised from %s, to %s", _SMOLLM2_GGUF, cache_dir() / folder)
 
     return _cached_folder(cache_dir() / folder, build)
