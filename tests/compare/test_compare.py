@@ -338,8 +338,9 @@ def test_eval_runs_gtpo_eval_once_per_finished_run_with_the_runs_task_and_length
     before = [p.stat().st_mtime_ns for p in argvs]
     compare.evaluate_runs(spec, out, [sys.executable, str(fake)], **kwargs)  # results exist: skipped
     assert [p.stat().st_mtime_ns for p in argvs] == before
-    # batch_size was not given: EVAL_DEFAULTS' value; a key that is not an evaluation setting is refused.
-    assert argv[argv.index("--batch_size") + 1] == str(compare.EVAL_DEFAULTS["batch_size"]) == "64"
+    # batch_size was not given: gtpo eval's own default applies (no flag passed); a key that is not an evaluation
+    # setting is refused.
+    assert compare.EVAL_DEFAULTS["batch_size"] is None and "--batch_size" not in argv
     with pytest.raises(TypeError, match="unknown evaluation settings \\['batch'\\]"):
         compare.evaluate_runs(spec, out, [sys.executable, str(fake)], batch=8)
 

@@ -142,7 +142,7 @@ class CompareArguments:
     eval_max_new_tokens: int | None = field(default=None, metadata={"help": "default: the run's max_completion_length"})
     eval_batch_size: int | None = field(
         default=None,
-        metadata={"help": f"completions generated per call (default: {EVAL_DEFAULTS['batch_size']})"},
+        metadata={"help": "completions generated per call (default: gtpo eval's --batch_size)"},
     )
     eval_dtype: str | None = field(
         default=None,
@@ -200,7 +200,7 @@ def eval_settings(args: CompareArguments, current: dict | None = None) -> dict |
         value = getattr(args, f"eval_{key}")
         if value is not None:
             settings[key] = value
-    if settings["n"] < 1 or settings["limit"] < 1 or settings["batch_size"] < 1:
+    if settings["n"] < 1 or settings["limit"] < 1 or (settings["batch_size"] or 1) < 1:
         raise InvalidInput(f"--eval_n, --eval_limit and --eval_batch_size must be at least 1, got {settings}")
     return settings
 

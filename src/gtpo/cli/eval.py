@@ -12,7 +12,16 @@ from gtpo.cli.arguments import RecipeParser
 from gtpo.errors import InvalidInput, UsageError, user_input
 from gtpo.eval.backends import BACKEND_CHOICES, SamplingSettings
 from gtpo.eval.plots import METRICS, plot_results
-from gtpo.eval.runner import RESULTS_FILE, RUN_FILE, EvalConfig, LazyBackend, default_label, evaluate, load_problems
+from gtpo.eval.runner import (
+    DEFAULT_BATCH_SIZE,
+    RESULTS_FILE,
+    RUN_FILE,
+    EvalConfig,
+    LazyBackend,
+    default_label,
+    evaluate,
+    load_problems,
+)
 from gtpo.tasks.registry import TASKS
 from gtpo.tasks.sources import parse_column_map
 
@@ -100,7 +109,7 @@ class EvalArguments:
         },
     )
     batch_size: int = field(
-        default=64,
+        default=DEFAULT_BATCH_SIZE,
         metadata={
             "help": "completions generated per call by the transformers backend, rounded down to whole problems "
             "(a multiple of -n, at least one problem); on a CPU much of a decoding step's cost is fixed, whatever "

@@ -87,7 +87,7 @@ EVAL_DEFAULTS = {
     "n": 4,
     "limit": 40,
     "max_new_tokens": None,
-    "batch_size": 64,
+    "batch_size": None,  # None: gtpo eval's own default (gtpo.eval.runner.DEFAULT_BATCH_SIZE)
     "dtype": None,
 }
 
@@ -335,12 +335,12 @@ def evaluate_run(arm, seed: int, out: Path, launcher: list[str], **settings) -> 
         str(limit),
         "--max_new_tokens",
         str(tokens),
-        "--batch_size",
-        str(batch_size),
         "--output_dir",
         str(folder / "eval"),
         "--no_progress",
     ]
+    if batch_size is not None:
+        command += ["--batch_size", str(batch_size)]
     if dtype and dtype != "auto":
         command += ["--dtype", str(dtype)]
     logger.info("%s/seed%d: evaluating", arm.name, seed)
