@@ -251,6 +251,95 @@ def _timed_core(device: str) -> dict:
     return spent
 
 
+def _timed_parts(trainer, device: str) -> dict[str, list[float]]:
+    """Per step, the seconds ``trainer`` spends in each part of `training_step`: ``generation``
+    (`_generate_single_turn`), ``scoring`` (`_get_per_token_logps_and_entropies`: the loss's forward), ``loss``
+    (the rest of `compute_loss`), ``backward`` (the rest of `training_step` after `compute_loss`) and ``rest``
+    (rewards, advantages, GTPO's spans, batching: the rest of `_prepare_inputs`). Wraps the instance's methods."""
+    import torch
+
+    parts = {name: [] for name in ("generation", "scoring", "loss", "backward", "rest")}
+    current: dict[str, float] = {}
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            sync()
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            sync()
+            current[name] = current.get(name, 0.0) + time.perf_counter() - start
+            return result
+
+        return wrapper
+
+    for name, method in (
+        ("generation", "_generate_single_turn"),
+        ("scoring", "_get_per_token_logps_and_entropies"),
+        ("compute_loss", "compute_loss"),
+        ("prepare", "_prepare_inputs"),
+    ):
+        setattr(trainer, method, timed(name, getattr(trainer, method)))
+    step = trainer.training_step
+
+    def training_step(*args, **kwargs):
+        current.clear()
+        sync()
+        start = time.perf_counter()
+        result = step(*args, **kwargs)
+        sync()
+        total = time.perf_counter() - start
+        gen, scoring = current.get("generation", 0.0), current.get("scoring", 0.0)
+        compute, prepare = current.get("compute_loss", 0.0), current.get("prepare", 0.0)
+        # _prepare_inputs holds generation (and, off-policy, a scoring pass); compute_loss holds the loss's forward.
+        parts["generation"].append(gen)
+        parts["scoring"].append(scoring)
+        parts["loss"].append(max(compute - scoring, 0.0))
+        parts["rest"].append(max(prepare - gen, 0.0))
+        parts["backward"].append(max(total - compute - prepare, 0.0))
+        return result
+
+    trainer.training_step = training_step
+    return parts
+
+
+def floors(model, device: str) -> dict[str, float]:
+    """What the parts are measured against: ``read_s``, one read of the model's weights (a decoding step reads them
+    all at least once; the parameters summed, so streamed from memory), and ``matmul_flops``, the rate of a large
+    float matmul in the model's dtype (forward and backward are mostly matmuls)."""
+    import torch
+
+    params = [p for p in model.parameters()]
+    dtype = params[0].dtype
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for _ in range(2):
+            [p.sum() for p in params]
+        sync()
+        start = time.perf_counter()
+        for _ in range(3):
+            [p.sum() for p in params]
+        sync()
+        read = (time.perf_counter() - start) / 3
+        a = torch.randn(2048, 2048, device=device, dtype=dtype)
+        a @ a
+        sync()
+        start = time.perf_counter()
+        for _ in range(5):
+            a @ a
+        sync()
+        rate = 5 * 2 * 2048**3 / (time.perf_counter() - start)
+    return {
+        "read_s": read,
+        "matmul_flops": rate,
+        "weight_bytes": sum(p.numel() * p.element_size() for p in params),
+        "weights": sum(p.numel() for p in params),
+    }
+
+
 def run_single(options) -> dict:
     """One algorithm alone in this process: its peak memory (and step times, for information)."""
     import torch
@@ -305,10 +394,17 @@ def run_paired(options) -> dict:
     model, tokenizer = _build_model(options.model, options.device)
     other_model = model if isinstance(model, str) else copy.deepcopy(model)
     spent = _timed_core(options.device)
+    if isinstance(model, str):  # the tiny model is given by its folder
+        from gtpo.models import load_model
+
+        floor = floors(load_model(model), options.device)
+    else:
+        floor = floors(model, options.device)
     trainers = {
         "gtpo": _make_trainer(options, "gtpo", model, tokenizer, [TakeTurns("gtpo", "grpo")]),
         "grpo": _make_trainer(options, "grpo", other_model, tokenizer, [TakeTurns("grpo", "gtpo")]),
     }
+    parts = {name: _timed_parts(trainer, options.device) for name, trainer in trainers.items()}
     errors = []
 
     def train(name):
@@ -334,6 +430,8 @@ def run_paired(options) -> dict:
         "grpo_step_times": _step_times(trainers["grpo"], options.warmup),
         "gtpo_spans_ms": 1e3 * spent["spans"] / steps,
         "gtpo_loss_ms": 1e3 * spent["loss"] / steps,
+        "parts": {name: {k: v[options.warmup :] for k, v in p.items()} for name, p in parts.items()},
+        "floors": floor,
     }
 
 
@@ -443,6 +541,22 @@ def main(argv=None) -> None:
         f"median step time: gtpo {median['gtpo']:.3f} s, grpo {median['grpo']:.3f} s; gtpo's own work per step: "
         f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms"
     )
+    # The step's parts, median over both paired runs' measured steps, and what bounds each.
+    settings = _settings(options)
+    floor = paired[0]["floors"]
+    decode_floor = settings["completion"] * floor["read_s"]  # one read of the weights per decoding step, at least
+    tokens = settings["prompts"] * settings["generations"] * settings["completion"]
+    print(
+        f"floors: one read of the weights ({floor['weight_bytes'] / 2**20:.0f} MiB) {1e3 * floor['read_s']:.1f} ms, "
+        f"so generation >= {decode_floor:.2f} s for {settings['completion']} decoding steps; matmul rate "
+        f"{floor['matmul_flops'] / 1e9:.0f} GFLOP/s, so the scoring forward of {tokens} completion tokens >= "
+        f"{2 * floor['weights'] * tokens / floor['matmul_flops']:.2f} s (2 FLOPs per weight and token; the prompt "
+        "not counted)"
+    )
+    for arm in ("gtpo", "grpo"):
+        pooled = {k: [t for run in paired for t in run["parts"][arm][k]] for k in paired[0]["parts"][arm]}
+        shown = ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in pooled.items())
+        print(f"{arm} step parts (median s): {shown}")
     # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
     ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"], strict=False))
     ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]
