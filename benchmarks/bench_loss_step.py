@@ -3,6 +3,7 @@
     python benchmarks/bench_loss_step.py --shape default   # SmolLM2-135M, 1 prompt x G=8, <= 96 tokens, LoRA r=16
     python benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7   # vocabulary 151,936, 2 layers
     python benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7      # Qwen2.5-1.5B's config, on a GPU
+    python benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7        # Qwen2.5-3B's config, on a GPU
     python benchmarks/bench_loss_step.py --arms gtpo gtpo-bf16 trl   # float32 against bfloat16 (`dtype: auto`)
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
@@ -24,6 +25,9 @@ Shapes:
   203-token prompt (60 words in the tiny tokenizer's chat template), full fine-tuning, float32 on CPU (bf16 on CUDA).
 - `qwen1.5b`: the same prompt and completions on Qwen2.5-1.5B's whole config (28 layers of width 1,536, 12 heads,
   2 key-value heads, tied 151,936-token head), random weights, full fine-tuning; meant for a GPU (bf16).
+- `qwen3b`: Qwen2.5-3B's whole config (36 layers of width 2,048, 16 heads, 2 key-value heads, MLP 11,008, tied
+  151,936-token head), G = 8 completions of 256-512 random tokens after the same 203-token prompt (three arms at
+  1,024 tokens did not fit an 80 GB GPU), random weights, full fine-tuning; meant for a GPU (bf16).
 
 The roofline line divides the step's FLOPs by this machine's measured float32 matmul rate: the FLOPs that are
 needed (each prompt once, each completion token once, the LM head on scored positions) and those each arm's
@@ -40,7 +44,7 @@ import time
 
 from bench_head import cpu_name, seconds, synchronize
 
-SHAPES = ("default", "paper-vocab", "qwen1.5b")
+SHAPES = ("default", "paper-vocab", "qwen1.5b", "qwen3b")
 ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
 
 
@@ -91,6 +95,9 @@ def _model_and_batch(shape: str, device: str):
     if shape == "qwen1.5b":  # Qwen2.5-1.5B's config (its config.json), random weights
         width = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                      num_key_value_heads=2, head_dim=128)  # fmt: skip
+    elif shape == "qwen3b":  # Qwen2.5-3B's config (its config.json), random weights
+        width = dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                     num_key_value_heads=2, head_dim=128)  # fmt: skip
     else:
         width = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=64)  # fmt: skip
@@ -104,7 +111,8 @@ def _model_and_batch(shape: str, device: str):
     words = " ".join(f"w{i}" for i in range(60))
     prompt = [{"role": "user", "content": f"Add these: {words}"}]
     generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(128, 257, (8,), generator=generator).tolist()
+    low, high = (256, 512) if shape == "qwen3b" else (128, 256)
+    lengths = torch.randint(low, high + 1, (8,), generator=generator).tolist()
     completions = [torch.randint(3, 500, (n,), generator=generator).tolist() for n in lengths]
     return model, tokenizer, prompt, completions, None
 

@@ -5,7 +5,8 @@
 #      padded one on CUDA;
 #   2. the LM-head benchmark at Qwen2.5-1.5B's head shape (bf16), at T = 0.7: TRL's kernel once, twice, ours once;
 #   3. the step's forward + backward (bf16), T = 0.7 and 1, TRL against GTPO, at the paper-vocabulary shape and at
-#      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs);
+#      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs), and at
+#      Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens);
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
@@ -55,6 +56,7 @@ want step && step step-t1 "$python" benchmarks/bench_loss_step.py --shape paper-
 want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 10 \
     --profile gtpo gtpo-padded
 want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 10
+want step && step qwen3b-t07 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 --reps 10
 # 4. End to end on CUDA with the command a user runs: GTPO training of the tiny model (dtype auto: bf16 on a GPU) at
 #    T = 0.7, then the transformers evaluation backend on the trained adapter.
 want e2e && rm -rf "$log_dir/e2e-run" "$log_dir/e2e-eval"

@@ -192,13 +192,26 @@ def _layer_costs(config) -> tuple[float, float] | None:
     return 2.0 * params * layers, 4.0 * attention_width * layers
 
 
-def packed_is_cheaper(config, batch: int, length: int, packed_length: int) -> bool:
-    """Whether the packed layout costs fewer backbone FLOPs than TRL's padded one.
+# What the packed layout costs beyond its FLOPs, per forward + backward, and the rate FLOPs are done at, by device
+# type. Calibrated on one H200 in bf16 (docs/measurements/gpu-h200-20261126, bench_loss_step.py): at the 2-layer
+# paper-vocabulary shape, where the GPU waits on the host, packing took 18.24 ms against the padded layout's 14.83 ms
+# for nearly the same FLOPs (its extra small kernels and host work: 3.4 ms); at Qwen2.5-1.5B's config the padded
+# layout's forward + backward ran 8 x 454 tokens in 113.7 ms, about 250 TFLOP/s, and packing saved 14.5 ms. On a CPU
+# the FLOPs dominate at every shape measured (docs/performance.md), so there it is the FLOP count alone.
+PACKING_OVERHEAD_S = {"cuda": 3.4e-3}
+EFFECTIVE_FLOPS = {"cuda": 2.5e14}
+
+
+def packed_is_cheaper(config, batch: int, length: int, packed_length: int, device_type: str = "cpu") -> bool:
+    """Whether the packed layout takes less time than TRL's padded one.
 
     Args:
         config: the model's config (hidden size, heads, layers, MLP width).
         batch, length: B and L of TRL's (B, L) padded batch.
         packed_length: N of the packed sequence.
+        device_type: where the step runs (``"cuda"``, ``"cpu"``, ...): a device with a :data:`PACKING_OVERHEAD_S`
+            packs only when the forward + backward FLOPs it saves (3 x the forward's), at its
+            :data:`EFFECTIVE_FLOPS`, take longer than that overhead; elsewhere fewer FLOPs decide.
 
     Padded: B·L tokens and B·L² attention pairs (SDPA computes the masked ones too); packed: N tokens and N²
     pairs. The LM head scores the same positions in both, so it is left out.
@@ -209,7 +222,10 @@ def packed_is_cheaper(config, batch: int, length: int, packed_length: int) -> bo
     per_token, per_pair = costs
     padded_cost = batch * length * (per_token + length * per_pair)
     packed_cost = packed_length * (per_token + packed_length * per_pair)
-    return packed_cost <= padded_cost
+    overhead = PACKING_OVERHEAD_S.get(device_type)
+    if overhead is None:
+        return packed_cost <= padded_cost
+    return 3.0 * (padded_cost - packed_cost) / EFFECTIVE_FLOPS[device_type] > overhead
 
 
 class _Restrict:
@@ -285,7 +301,7 @@ def per_token_logps_and_entropies(
             # forward and backward in step. `length` is a host int, so the check adds no sync.
             _note(trainer, "a micro-batch of one-token prompts with no completion token to score packs into nothing")
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
-        elif not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length):
+        elif not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length, ids.device.type):
             _note(trainer, "packing would cost more than padding for this batch's lengths")
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
         else:
