@@ -397,3 +397,28 @@ def test_layout_rule_packs_qwen3b_and_long_completions_on_cuda():
     config = _qwen_config(**QWEN_3B)
     assert shared_prefix.packed_is_cheaper(config, 8, 203 + 512, 202 + sum(lengths), "cuda")
     assert not shared_prefix.packed_is_cheaper(config, 8, 203 + 256, 8 * (203 + 256), "cuda")
+
+
+def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(monkeypatch):
+    """Where even the best packing (one prompt, one-token completions) would not save its overhead, the decision is
+    made from the shapes alone: neither the layout checks nor `pack` (their host syncs) run, and TRL's padded path
+    scores the batch. Simulated on the CPU by giving "cpu" the GPU's overhead."""
+    from types import SimpleNamespace
+
+    monkeypatch.setitem(shared_prefix.PACKING_OVERHEAD_S, "cpu", shared_prefix.PACKING_OVERHEAD_S["cuda"])
+    monkeypatch.setitem(shared_prefix.EFFECTIVE_FLOPS, "cpu", shared_prefix.EFFECTIVE_FLOPS["cuda"])
+    for name in ("layout_problem", "pack"):
+        monkeypatch.setattr(shared_prefix, name, lambda *a, **k: pytest.fail("ran before the shape-only decision"))
+    monkeypatch.setattr(shared_prefix, "problem", lambda *a: None)
+    config = _qwen_config(**PAPER_VOCAB)
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    model = SimpleNamespace(config=config)
+    calls = []
+
+    def padded(*args, **kwargs):
+        calls.append(args[1].shape)
+        return "padded"
+
+    ids, mask = torch.zeros(8, 454, dtype=torch.long), torch.ones(8, 454, dtype=torch.long)
+    result = shared_prefix.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 251, None, True, False, {})
+    assert result == "padded" and calls == [(8, 454)]
