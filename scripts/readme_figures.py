@@ -1,9 +1,10 @@
-"""The README's figures of the offline default run, computed from committed raw data, so they cannot go stale.
+"""The figures of the offline default run (docs/offline-default-run.md, linked from the README), computed from
+committed raw data, so they cannot go stale.
 
 The default run (`gtpo train`, no arguments) is recipes/smollm2/synthetic/gtpo.yaml with seed 0; study A
 (studies/smollm2-synthetic-lr2e-4) ran exactly that, and its GRPO twin, in float32, and committed their
-metrics.jsonl and held-out evaluations. This prints the README's blocks from those files;
-tests/test_readme_figures.py checks that the README holds them verbatim.
+metrics.jsonl and held-out evaluations. This prints the page's blocks from those files;
+tests/test_readme_figures.py checks that docs/offline-default-run.md holds them verbatim.
 
     .venv/bin/python scripts/readme_figures.py          # print the blocks
 """
@@ -60,7 +61,7 @@ def eval_table() -> str:
 
 
 def blocks() -> list[str]:
-    """The README's figures, each a piece of text the README must contain."""
+    """The page's figures, each a piece of text docs/offline-default-run.md must contain."""
     return [training_table(), initial_entropy(), eval_table()]
 
 
