@@ -759,3 +759,58 @@ def test_a_loss_type_registered_in_the_test_alone_trains_a_step(tmp_path, tiny_m
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
     with pytest.raises(ValueError, match="loss_type='nope'"):
         GTPOConfig(**settings(tmp_path, loss_type="nope"))
+
+
+def test_an_entropy_filter_mode_added_in_one_place_trains_a_step(tmp_path, tiny_model_path, monkeypatch):
+    """One entry of `core.ENTROPY_FILTERS` is a whole new filter mode: GTPOConfig accepts it, the trainer measures
+    ⟨H⟩_ini because the entry says it needs it, and δ follows the entry's rule. The toy mode keeps exactly the
+    completions with A > 0 whose ⟨H⟩_i is at most the threshold, and only when ⟨H⟩_ini is set; recomputed here from
+    what the loss saw."""
+    from gtpo.core.entropy import EntropyFilter
+
+    measured = []
+    original_measure = entropy_init.measure_initial_entropy
+
+    def counting(trainer, prompts):
+        measured.append(len(prompts))
+        return original_measure(trainer, prompts)
+
+    def toy_keep(low, signs, initial_entropy):
+        assert initial_entropy is not None  # the trainer passed the measured ⟨H⟩_ini
+        return low & (signs > 0)
+
+    monkeypatch.setattr(entropy_init, "measure_initial_entropy", counting)
+    monkeypatch.setitem(core.ENTROPY_FILTERS, "toy_positive_low", EntropyFilter(toy_keep, needs_initial_entropy=True))
+    seen = []
+    original = core.advantage_terms
+
+    def recording(inputs, settings, *args):
+        terms = original(inputs, settings, *args)
+        seen.append((inputs.advantages.detach(), terms.mean_entropy.detach(), terms.keep))
+        return terms
+
+    monkeypatch.setattr(core, "advantage_terms", recording)
+    args = GTPOConfig(
+        **settings(tmp_path, entropy_filter="toy_positive_low", entropy_threshold=100.0, initial_entropy_prompts=4)
+    )
+    assert args.needs_initial_entropy
+    run(FixedGTPO, tiny_model_path, args)
+    assert measured == [4]
+    advantages, mean_entropy, keep = seen[0]
+    assert torch.equal(keep, (mean_entropy <= 100.0) & (advantages > 0)) and 0 < int(keep.sum()) < keep.numel()
+    with pytest.raises(ValueError, match="entropy_filter='sometimes'"):
+        GTPOConfig(**settings(tmp_path, entropy_filter="sometimes"))
+
+
+def test_core_and_config_refuse_the_same_entropy_thresholds(tmp_path):
+    """Eq. 6's threshold: one check (core.checks.check_entropy_threshold) for the config and the loss."""
+    import math
+
+    for bad in (0.0, -0.5, math.nan, math.inf):
+        with pytest.raises(ValueError, match="entropy_threshold"):
+            GTPOConfig(**settings(tmp_path, entropy_threshold=bad))
+        with pytest.raises(ValueError, match="entropy_threshold"):
+            core.gtpo_loss(
+                core.LossInputs(torch.zeros(2, 3), torch.ones(2, 3), torch.tensor([1.0, -1.0])),
+                core.LossSettings(entropy_threshold=bad, entropy_filter="never"),
+            )

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from gtpo.compare import stats
 from gtpo.compare.curves import METRICS, PANELS_BY_NAME, panel_series
+from gtpo.core.paper import LN2
 from gtpo.runs.plots import KEY_LABELS, PANELS, auto_window, moving_average, panel_keys
-
-LN2 = math.log(2.0)
 
 
 def arm_band(curves: list[tuple[list[int], list[float]]], window: int):

@@ -27,12 +27,12 @@ from pathlib import Path
 from gtpo.compare import stats
 from gtpo.compare.curves import METRICS, PANELS_BY_NAME, last_window, panel_series, step_rows
 from gtpo.compare.study import run_dir, run_status
+from gtpo.core.paper import LN2
 from gtpo.runs.metrics_log import read_metrics
 from gtpo.runs.plots import moving_average, panel_keys
 
 logger = logging.getLogger(__name__)
 
-LN2 = math.log(2.0)
 PREREGISTRATION = "PREREGISTRATION.md"
 
 

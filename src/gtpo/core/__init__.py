@@ -3,58 +3,62 @@
 Imports no other gtpo package and no trainer: tensors in, tensors out. The modules read in the paper's order:
 `advantages` (§1, Eq. 8), `spans` (§2–3, Sec. 5.1, Eq. 5), `entropy` (§4–6, Eq. 6 and the shift of Eq. 7), `loss`
 (§7, Eq. 7); `registry` holds the loss types (surrogates × normalisers), `inputs` the loss's dataclasses, `conflicts`
-finds the shared positions, `checks` validates inputs, `metrics` reports what the loss did.
+finds the shared positions, `checks` validates inputs, `metrics` reports what the loss did, `paper` holds the
+paper's constants and defaults.
+
+Names are loaded on first use (PEP 562), so ``from gtpo.core.paper import LN2`` does not import torch.
 """
 
-from gtpo.core import registry
-from gtpo.core.advantages import ADVANTAGE_SCALES, ZERO_ADVANTAGE_RTOL, advantage_signs, group_advantages
-from gtpo.core.checks import validate_group_batch
-from gtpo.core.conflicts import PAIRWISE_MAX_GROUP, aligned_conflicts
-from gtpo.core.entropy import (
-    ENTROPY_FILTERS,
-    ENTROPY_TERMS,
-    LN2,
-    entropy_keep_mask,
-    fold_logits,
-    mean_completion_entropy,
-    new_statistics,
-    shift_advantages,
-    statistics_entropy,
-    token_entropy,
-)
-from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings
-from gtpo.core.loss import AGGREGATIONS, advantage_terms, gtpo_loss, policy_loss
-from gtpo.core.metrics import loss_metrics
-from gtpo.core.spans import COMBINE_MODES, conflict_spans, conflict_weights
+from __future__ import annotations
 
-__all__ = [
-    "ADVANTAGE_SCALES",
-    "AdvantageTerms",
-    "LossInputs",
-    "LossSettings",
-    "AGGREGATIONS",
-    "COMBINE_MODES",
-    "ENTROPY_FILTERS",
-    "ENTROPY_TERMS",
-    "LN2",
-    "PAIRWISE_MAX_GROUP",
-    "ZERO_ADVANTAGE_RTOL",
-    "advantage_signs",
-    "advantage_terms",
-    "aligned_conflicts",
-    "conflict_spans",
-    "conflict_weights",
-    "entropy_keep_mask",
-    "fold_logits",
-    "group_advantages",
-    "gtpo_loss",
-    "loss_metrics",
-    "mean_completion_entropy",
-    "new_statistics",
-    "policy_loss",
-    "registry",
-    "shift_advantages",
-    "statistics_entropy",
-    "token_entropy",
-    "validate_group_batch",
-]
+import importlib
+
+# Where each exported name lives: loaded on first use, so that the torch-free `paper` module stays cheap to import.
+_EXPORTS = {
+    "ADVANTAGE_SCALES": "advantages",
+    "ZERO_ADVANTAGE_RTOL": "advantages",
+    "advantage_signs": "advantages",
+    "group_advantages": "advantages",
+    "validate_group_batch": "checks",
+    "PAIRWISE_MAX_GROUP": "conflicts",
+    "aligned_conflicts": "conflicts",
+    "ENTROPY_FILTERS": "entropy",
+    "ENTROPY_TERMS": "entropy",
+    "EntropyFilter": "entropy",
+    "entropy_keep_mask": "entropy",
+    "fold_logits": "entropy",
+    "mean_completion_entropy": "entropy",
+    "new_statistics": "entropy",
+    "shift_advantages": "entropy",
+    "statistics_entropy": "entropy",
+    "token_entropy": "entropy",
+    "AdvantageTerms": "inputs",
+    "LossInputs": "inputs",
+    "LossSettings": "inputs",
+    "AGGREGATIONS": "loss",
+    "advantage_terms": "loss",
+    "gtpo_loss": "loss",
+    "policy_loss": "loss",
+    "loss_metrics": "metrics",
+    "LN2": "paper",
+    "COMBINE_MODES": "spans",
+    "conflict_spans": "spans",
+    "conflict_weights": "spans",
+}
+_SUBMODULES = ("registry", "paper")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

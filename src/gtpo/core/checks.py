@@ -120,6 +120,14 @@ def check_number(value, name: str) -> None:
         raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
+def check_entropy_threshold(value, name: str = "entropy threshold") -> None:
+    """Eq. 6's threshold on ⟨H⟩_i: a finite number of nats > 0 (0 would filter every completion). `GTPOConfig` runs
+    this same check on ``entropy_threshold``."""
+    check_number(value, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0 nats (Eq. 6 keeps completions with ⟨H⟩_i ≤ it), got {value!r}")
+
+
 def validate_group_batch(
     completion_ids: Tensor, completion_mask: Tensor, advantages: Tensor, group_size: int
 ) -> Tensor:

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from gtpo.core.advantages import _signs
-from gtpo.core.checks import check_group_size, check_number, float_vector_check, lookup, mask_checks, raise_if_any
-
-LN2 = math.log(2.0)
-
+from gtpo.core.checks import (
+    check_entropy_threshold,
+    check_group_size,
+    check_number,
+    float_vector_check,
+    lookup,
+    mask_checks,
+    raise_if_any,
+)
+from gtpo.core.paper import ENTROPY_THRESHOLD, LN2
 
 # 4. Entropy H (Sec. 4.2) and ⟨H⟩_i ----------------------------------------------------------------
 _ENTROPY_CHUNK_ELEMS = 1 << 26  # logits (float32) per chunk of `token_entropy`: 256 MiB per temporary
@@ -142,14 +149,28 @@ def _keep_auto(low: Tensor, signs: Tensor, initial_entropy) -> Tensor:
     return low if h_ini < LN2 else torch.ones_like(low)  # (N,)
 
 
-ENTROPY_FILTERS: dict[str, Callable[[Tensor, Tensor, object], Tensor]] = {
-    "auto": _keep_auto,
-    "always": lambda low, signs, h_ini: low,  # authors' code: keep iff ⟨H⟩_i ≤ threshold
-    "negative_only": lambda low, signs, h_ini: low | (signs >= 0),  # App. 13 "OnlyNeg": only A<0 filtered
-    "never": lambda low, signs, h_ini: torch.ones_like(low),
+@dataclass(frozen=True)
+class EntropyFilter:
+    """A completion filter δ_i mode (Eq. 6).
+
+    Attributes:
+        keep: ``(low (N,) bool, signs (N,), ⟨H⟩_ini) -> δ (N,) bool``, where low = (⟨H⟩_i ≤ threshold).
+        needs_initial_entropy: the mode reads ⟨H⟩_ini (the trainer measures it before step 1, `gtpo inspect` asks
+            for it or stands in the group's mean).
+    """
+
+    keep: Callable[[Tensor, Tensor, object], Tensor]
+    needs_initial_entropy: bool = False
+
+
+ENTROPY_FILTERS: dict[str, EntropyFilter] = {
+    "auto": EntropyFilter(_keep_auto, needs_initial_entropy=True),
+    "always": EntropyFilter(lambda low, signs, h_ini: low),  # authors' code: keep iff ⟨H⟩_i ≤ threshold
+    "negative_only": EntropyFilter(lambda low, signs, h_ini: low | (signs >= 0)),  # App. 13 "OnlyNeg": A<0 only
+    "never": EntropyFilter(lambda low, signs, h_ini: torch.ones_like(low)),
 }
 """Completion filter δ_i modes: ``auto`` (Eq. 6), ``always`` (authors' code), ``negative_only``
-(App. 13 "OnlyNeg"), ``never``."""
+(App. 13 "OnlyNeg"), ``never``. A new mode is one entry (the config, the CLI and `gtpo inspect` read this table)."""
 
 
 def entropy_keep_mask(
@@ -157,7 +178,7 @@ def entropy_keep_mask(
     advantages: Tensor,
     *,
     mode: str,
-    threshold: float = LN2,
+    threshold: float = ENTROPY_THRESHOLD,
     initial_entropy: float | Tensor | None = None,
     group_size: int = 1,
 ) -> Tensor:
@@ -178,14 +199,14 @@ def entropy_keep_mask(
     Returns:
         (N,) bool δ_i.
     """
-    fn = lookup(ENTROPY_FILTERS, mode, "entropy_filter mode")
+    entropy_filter = lookup(ENTROPY_FILTERS, mode, "entropy_filter mode")
     check_keep_inputs(mean_entropy, advantages, threshold, group_size)
-    return _keep(mean_entropy, _signs(advantages, group_size), fn, threshold, initial_entropy)  # (N,)
+    return _keep(mean_entropy, _signs(advantages, group_size), entropy_filter, threshold, initial_entropy)  # (N,)
 
 
-def _keep(mean_entropy: Tensor, signs: Tensor, mode_fn, threshold: float, initial_entropy) -> Tensor:
+def _keep(mean_entropy: Tensor, signs: Tensor, entropy_filter: EntropyFilter, threshold: float, initial_entropy):
     low = mean_entropy.detach() <= threshold  # (N,) equality keeps (Eq. 6 row 3); nan is never low
-    return mode_fn(low, signs, initial_entropy)  # (N,) δ_i
+    return entropy_filter.keep(low, signs, initial_entropy)  # (N,) δ_i
 
 
 # 6. Shifted advantages A'_i (Eq. 7's δ and −γ⟨H⟩_i, as in the authors' code) ----------------------
@@ -238,7 +259,7 @@ def initial_entropy_value(initial_entropy, device: torch.device) -> float | Tens
 
 def check_keep_inputs(mean_entropy, advantages, threshold, group_size) -> None:
     """Checks of `gtpo.core.entropy_keep_mask` once its mode is looked up (one sync)."""
-    check_number(threshold, "entropy threshold")
+    check_entropy_threshold(threshold)
     if not isinstance(mean_entropy, Tensor) or mean_entropy.dim() != 1:
         raise ValueError("mean_entropy must be an (N,) tensor (see mean_completion_entropy())")
     check_group_size(group_size, mean_entropy.shape[0])

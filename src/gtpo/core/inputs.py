@@ -13,8 +13,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gtpo.core import registry
-from gtpo.core.checks import check_group_size, check_number, check_weight, float_vector_check, mask_checks, raise_if_any
+from gtpo.core import paper, registry
+from gtpo.core.checks import (
+    check_entropy_threshold,
+    check_group_size,
+    check_number,
+    check_weight,
+    float_vector_check,
+    mask_checks,
+    raise_if_any,
+)
 
 
 @dataclass
@@ -68,12 +76,12 @@ class LossSettings:
         sapo_temperatures: (τ_pos, τ_neg) for the "sapo" surrogate.
     """
 
-    positive_weight: float = 2.0
+    positive_weight: float = paper.POSITIVE_WEIGHT
     combine: str = "union"
     entropy_filter: str = "auto"
-    entropy_threshold: float = math.log(2.0)
+    entropy_threshold: float = paper.ENTROPY_THRESHOLD
     initial_entropy: float | Tensor | None = None
-    gamma: float = 0.1
+    gamma: float = paper.GAMMA
     entropy_term: str = "advantage"
     aggregation: str = "sequence"
     surrogate: str = "clip"
@@ -202,7 +210,8 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
         (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for the token sums, else None).
     """
     check_weight(settings.positive_weight)
-    for name in ("gamma", "entropy_threshold", "epsilon_low", "epsilon_high"):
+    check_entropy_threshold(settings.entropy_threshold, "entropy_threshold")
+    for name in ("gamma", "epsilon_low", "epsilon_high"):
         check_number(getattr(settings, name), name)
     if settings.epsilon_low < 0 or settings.epsilon_high < 0:
         raise ValueError(

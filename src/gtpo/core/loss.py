@@ -17,9 +17,10 @@ from torch import Tensor
 from gtpo.core import registry
 from gtpo.core.advantages import _signs
 from gtpo.core.checks import lookup
-from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, LN2, _keep, _mean_entropy, _shift
+from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
+from gtpo.core.paper import ENTROPY_THRESHOLD, GAMMA, POSITIVE_WEIGHT
 from gtpo.core.spans import COMBINE_MODES
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
@@ -158,12 +159,12 @@ def gtpo_loss(
     backward_span: Tensor | None = None,
     old_per_token_logps: Tensor | None = None,
     token_entropy: Tensor | None = None,
-    positive_weight: float = 2.0,
+    positive_weight: float = POSITIVE_WEIGHT,
     combine: str = "union",
     entropy_filter: str = "auto",
-    entropy_threshold: float = LN2,
+    entropy_threshold: float = ENTROPY_THRESHOLD,
     initial_entropy: float | Tensor | None = None,
-    gamma: float = 0.1,
+    gamma: float = GAMMA,
     entropy_term: str = "advantage",
     aggregation: str = "sequence",
     epsilon_low: float = 0.2,

@@ -42,12 +42,15 @@ class Surrogate:
         check: ``(inputs, settings, shape) -> None``, raising a one-line ValueError for missing inputs; or None.
         weights_in_objective: the vLLM importance weights enter the objective (VESPO's φ) rather than
             multiplying the token loss.
+        needs_sequence_weights: the objective reads ``LossInputs.sequence_weights`` (VESPO's φ_i), which the
+            caller computes for it (the trainer from TRL's ``get_gamma_weights``).
     """
 
     name: str
     objective: Callable[..., Tensor]
     check: Callable[..., None] | None = None
     weights_in_objective: bool = False
+    needs_sequence_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,11 @@ NORMALISERS: dict[str, Normaliser] = {}
 LOSS_TYPES: dict[str, LossType] = {}
 
 
-def register_surrogate(name: str, objective, *, check=None, weights_in_objective: bool = False) -> Surrogate:
+def register_surrogate(
+    name: str, objective, *, check=None, weights_in_objective: bool = False, needs_sequence_weights: bool = False
+) -> Surrogate:
     """Add (or replace) a surrogate; see `Surrogate`."""
-    SURROGATES[name] = Surrogate(name, objective, check, weights_in_objective)
+    SURROGATES[name] = Surrogate(name, objective, check, weights_in_objective, needs_sequence_weights)
     return SURROGATES[name]
 
 
@@ -174,7 +179,7 @@ def _check_vespo(inputs, settings, shape) -> None:
 register_surrogate("clip", _clip)
 register_surrogate("cispo", _cispo)
 register_surrogate("sapo", _sapo, check=_check_sapo)
-register_surrogate("vespo", _vespo, check=_check_vespo, weights_in_objective=True)
+register_surrogate("vespo", _vespo, check=_check_vespo, weights_in_objective=True, needs_sequence_weights=True)
 
 
 # Normalisers: (token_loss (N, T) zero at padding, valid (N, T), n_conflict (N,), normalizer) -> () --------

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from gtpo import core
+from gtpo.core import paper
 from gtpo.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ DEFAULTS = dict(
     scale_rewards="group",
     reward_funcs=["format", "accuracy"],
     combine="union",
-    positive_weight=2.0,
+    positive_weight=paper.POSITIVE_WEIGHT,
     entropy_filter="auto",
-    entropy_threshold=core.LN2,
-    gamma=0.1,
+    entropy_threshold=paper.ENTROPY_THRESHOLD,
+    gamma=paper.GAMMA,
     initial_entropy=None,
     dtype="float32",
     top_p=1.0,
@@ -113,12 +114,12 @@ def analyse_group(
     rewards: Tensor,
     *,
     scale_rewards: str = "group",
-    positive_weight: float = 2.0,
+    positive_weight: float = paper.POSITIVE_WEIGHT,
     token_entropy: Tensor | None = None,
     entropy_filter: str = "auto",
-    entropy_threshold: float = core.LN2,
+    entropy_threshold: float = paper.ENTROPY_THRESHOLD,
     initial_entropy: float | None = None,
-    gamma: float = 0.1,
+    gamma: float = paper.GAMMA,
 ) -> GroupAnalysis:
     """Advantages, spans, λ (union and product) and, given per-token entropies, ⟨H⟩_i, δ_i and A'_i.
 
@@ -141,7 +142,8 @@ def analyse_group(
     )
     if token_entropy is not None:
         mean = core.mean_completion_entropy(token_entropy, mask)  # (G,)
-        if initial_entropy is None and entropy_filter == "auto":
+        needs = getattr(core.ENTROPY_FILTERS.get(entropy_filter), "needs_initial_entropy", False)  # unknown: core says
+        if initial_entropy is None and needs:
             initial_entropy = float(mean.mean())  # a stand-in: training measures it on 100 prompts
         delta = core.entropy_keep_mask(
             mean, advantages, mode=entropy_filter, threshold=entropy_threshold, initial_entropy=initial_entropy

@@ -23,11 +23,11 @@ Raw per-step values are drawn faint and a trailing moving average on top, as in 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtpo.core.paper import LN2
 from gtpo.errors import InvalidInput
 from gtpo.runs.metrics_log import read_metrics, series
 
@@ -88,7 +88,7 @@ PANELS = (
         "Mean completion entropy",
         "entropy (nats)",
         keys=("gtpo/mean_entropy", "entropy"),
-        hline=(math.log(2), "ln 2"),
+        hline=(LN2, "ln 2"),
         bounds=(0.0, None),
     ),
     Panel(

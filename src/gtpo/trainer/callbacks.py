@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
+from gtpo.core.paper import LN2
+
 logger = logging.getLogger(__name__)
 
 ACTIONS = ("off", "warn", "save", "stop")
-LN2 = math.log(2.0)
 
 # Where each watched signal is read from, first key present wins. TRL's `entropy` is the token-weighted
 # mean completion entropy; GTPO's own per-completion mean is the fallback (docs/metrics.md).

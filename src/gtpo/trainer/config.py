@@ -31,16 +31,15 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from gtpo.core import registry
+from gtpo.core import paper, registry
+from gtpo.core.checks import check_entropy_threshold
+from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS
+from gtpo.core.spans import COMBINE_MODES
 
 ALGORITHMS = ("gtpo", "grpo")
-CONFLICT_COMBINES = ("union", "product")
-ENTROPY_FILTERS = ("auto", "always", "negative_only", "never")
-ENTROPY_TERMS = ("advantage", "differentiable", "none")
 AGGREGATIONS = ("sequence", "reference")
 ENTROPY_TEMPERATURES = ("model", "sampling")
 
-LN2 = math.log(2.0)
 logger = logging.getLogger(__name__)
 
 
@@ -131,7 +130,7 @@ class GTPOConfig(GRPOConfig):
         },
     )
     conflict_positive_weight: float = field(
-        default=2.0,
+        default=paper.POSITIVE_WEIGHT,
         metadata={
             "help": "λ for span tokens of completions with A_i>0 (Eq. 5/21); span tokens of completions with A_i<0 "
             "get 0. The paper's 2 keeps the group's total signal (Appendix 11, Eq. 19)."
@@ -143,7 +142,7 @@ class GTPOConfig(GRPOConfig):
             "help": "How forward and backward spans combine into M_i: 'union' (paper text, M = M^fw ∨ M^bw) or "
             "'product' (authors' code: forward and backward λ masks multiplied, so a positive token in both spans "
             "gets λ²=4).",
-            "choices": list(CONFLICT_COMBINES),
+            "choices": list(COMBINE_MODES),
         },
     )
     entropy_filter: str = field(
@@ -157,14 +156,14 @@ class GTPOConfig(GRPOConfig):
         },
     )
     entropy_threshold: float = field(
-        default=LN2,
+        default=paper.ENTROPY_THRESHOLD,
         metadata={
             "help": "Threshold on ⟨H⟩_i in Eq. 6, in nats: completions with ⟨H⟩_i above it are filtered. Default "
             "ln 2 (paper text); the authors' code used 0.7, and 1.02-1.05 for Qwen (Sec. 12)."
         },
     )
     entropy_gamma: float = field(
-        default=0.1,
+        default=paper.GAMMA,
         metadata={"help": "γ, weight of the entropy term -γ⟨H⟩_i in Eq. 7. 0 turns the term off."},
     )
     entropy_term: str = field(
@@ -207,7 +206,7 @@ class GTPOConfig(GRPOConfig):
         },
     )
     initial_entropy_prompts: int = field(
-        default=100,
+        default=paper.INITIAL_ENTROPY_PROMPTS,
         metadata={"help": "Number of training prompts (the dataset's first rows) on which ⟨H⟩_ini is measured."},
     )
 
@@ -267,7 +266,7 @@ class GTPOConfig(GRPOConfig):
     @property
     def needs_initial_entropy(self) -> bool:
         """True when Eq. 6's ⟨H⟩_ini must be known (measured unless given)."""
-        return self.gtpo_enabled and self.entropy_filter == "auto"
+        return self.gtpo_enabled and ENTROPY_FILTERS[self.entropy_filter].needs_initial_entropy
 
     @property
     def core_aggregation(self) -> str:
@@ -281,7 +280,7 @@ class GTPOConfig(GRPOConfig):
 
     def _validate_gtpo(self) -> None:
         _check_choice("algorithm", self.algorithm, ALGORITHMS)
-        _check_choice("conflict_combine", self.conflict_combine, CONFLICT_COMBINES)
+        _check_choice("conflict_combine", self.conflict_combine, COMBINE_MODES)
         _check_choice("entropy_filter", self.entropy_filter, ENTROPY_FILTERS)
         _check_choice("entropy_term", self.entropy_term, ENTROPY_TERMS)
         _check_choice("gtpo_aggregation", self.gtpo_aggregation, AGGREGATIONS)
@@ -289,7 +288,7 @@ class GTPOConfig(GRPOConfig):
         if not isinstance(self.conflict_correction, bool):
             raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
         _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)
-        _check_number("entropy_threshold", self.entropy_threshold, minimum=0.0, strict=True)
+        check_entropy_threshold(self.entropy_threshold, "GTPOConfig.entropy_threshold")
         _check_number("entropy_gamma", self.entropy_gamma, minimum=0.0)
         if self.initial_entropy is not None:
             _check_number("initial_entropy", self.initial_entropy, minimum=0.0)

@@ -54,14 +54,16 @@ def token_mask(trainer, inputs, per_token_logps, old_per_token_logps, entropies,
 
 
 def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss_advantages):
-    """VESPO's per-sequence gamma weights φ_i (TRL's ``get_gamma_weights``, detached), with A' choosing the
-    positive or negative parameters; None for every other loss type.
+    """Per-sequence weights φ_i for a surrogate that declares it reads them (`Surrogate.needs_sequence_weights`:
+    VESPO's gamma weights, TRL's ``get_gamma_weights``, detached, with A' choosing the positive or negative
+    parameters); None for every other loss type.
 
     Returns:
         None, or (B, 1) φ_i of the sequence ratio Σ_t log(π_θ/π_old) (times vLLM's sampling correction).
     """
     args = trainer.args
-    if core.registry.LOSS_TYPES[args.loss_type].surrogate != "vespo":
+    registry = core.registry
+    if not registry.SURROGATES[registry.LOSS_TYPES[args.loss_type].surrogate].needs_sequence_weights:
         return None
     old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
     return trainer.get_gamma_weights(
