@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gtpo.core import conflict_weights, gtpo_loss
+from gtpo.core import conflict_weights
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_core_loss import entropy_batch, leaf_logps  # noqa: E402
+
+from loss_helpers import keyword_loss  # noqa: E402
 
 EPS_LOW, EPS_HIGH, MAX_LEN = 0.2, 0.28, 20
 
@@ -49,7 +51,7 @@ def test_aggregation_with_unit_weights_equals_trls_formula_in_value_and_gradient
     mask, adv, _, _, _ = entropy_batch(seed=2)
     logps = leaf_logps(mask, seed=3)
     old = logps.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -83,7 +85,7 @@ def gtpo_token_loss(logps, mask, adv, fw, bw, h, gamma, threshold):
 def test_aggregation_composes_with_lambda_filter_and_entropy_shift_only_the_normalization_differs(aggregation):
     mask, adv, fw, bw, h = entropy_batch(seed=5)
     logps = leaf_logps(mask, seed=6)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -110,7 +112,7 @@ def split_losses(aggregation, parts, logps, mask, adv, fw, bw, h, **extra):
     out = []
     for rows in parts:
         out.append(
-            gtpo_loss(
+            keyword_loss(
                 logps[rows],
                 mask[rows],
                 adv[rows],
@@ -193,7 +195,7 @@ def test_two_ranks_averaged_by_ddp_give_the_single_process_gradient(aggregation)
 )
 def test_aggregation_normalizers_missing_or_misplaced_are_rejected_with_a_clear_message(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        gtpo_loss(
+        keyword_loss(
             torch.zeros(2, 3), torch.ones(2, 3), torch.tensor([1.0, -1.0]), entropy_filter="never", gamma=0.0, **kwargs
         )
 
@@ -259,7 +261,7 @@ def test_aggregation_with_unit_weights_equals_trls_own_compute_loss_after_its_ac
     mask, adv, _, _, _ = entropy_batch(seed=13)
     logps = leaf_logps(mask, seed=14)
     old = logps.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(15))
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,

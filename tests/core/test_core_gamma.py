@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from gtpo.core import gtpo_loss, token_entropy
+from gtpo.core import token_entropy
+from loss_helpers import keyword_loss  # noqa: E402
 
 GAMMA = 0.1
 
@@ -17,7 +18,7 @@ def one_step(entropy_term: str):
     z = torch.tensor([4.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
     logits = z.expand(2, 1, 3)  # (N=2, T=1, V=3)
     logps = torch.log_softmax(logits, dim=-1)[..., 0]  # (2, 1) both completions are token 0
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         torch.ones(2, 1),
         torch.zeros(2),

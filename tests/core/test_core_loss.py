@@ -16,11 +16,11 @@ from gtpo.core import (
     conflict_weights,
     entropy_keep_mask,
     group_advantages,
-    gtpo_loss,
     mean_completion_entropy,
     shift_advantages,
     token_entropy,
 )
+from loss_helpers import keyword_loss  # noqa: E402
 
 ENTROPY_OFF = dict(entropy_filter="never", gamma=0.0)
 
@@ -61,7 +61,7 @@ def leaf_logps(mask, seed=0, dtype=torch.float32):
 
 def gradients(mask, adv, fw, bw, positive_weight=2.0, combine="union"):
     logps = leaf_logps(mask)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -137,7 +137,7 @@ def test_loss_and_gradient_equal_grpo_without_conflicts_and_entropy_terms():
     no_conflict = torch.zeros(8, 7, dtype=torch.bool)
     for spans in (dict(), dict(forward_span=no_conflict, backward_span=no_conflict)):
         for aggregation in ("sequence", "reference"):  # without conflicts both reduce to GRPO × N
-            loss, _ = gtpo_loss(logps(), mask, adv, aggregation=aggregation, **spans, **ENTROPY_OFF)
+            loss, _ = keyword_loss(logps(), mask, adv, aggregation=aggregation, **spans, **ENTROPY_OFF)
             (grad,) = torch.autograd.grad(loss, weight)
             scale = 8 if aggregation == "reference" else 1
             torch.testing.assert_close(loss, expected * scale)
@@ -148,7 +148,7 @@ def test_loss_accepts_masks_with_holes_and_averages_over_valid_tokens_only():
     mask = torch.tensor([[1, 0, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]])  # not right-padded: fine for the loss
     adv = torch.tensor([1.0, -2.0, 0.5])
     logps = torch.full((3, 4), math.nan).masked_fill(mask.bool(), -1.0).requires_grad_()  # nan where masked
-    loss, _ = gtpo_loss(logps, mask, adv, **ENTROPY_OFF)
+    loss, _ = keyword_loss(logps, mask, adv, **ENTROPY_OFF)
     torch.testing.assert_close(loss, torch.tensor(-(1.0 + -2.0 + 0.0) / 3))
     loss.backward()
     expected = torch.tensor([[-1 / 3 / 3, 0, -1 / 3 / 3, -1 / 3 / 3], [0, 2 / 3, 0, 0], [0, 0, 0, 0]])
@@ -163,7 +163,7 @@ def test_parameter_gradient_is_eq22_computed_token_by_token():
     fw, bw = conflict_spans(ids, mask, adv, 6)
     in_span = fw | bw
     assert in_span.any()
-    loss, _ = gtpo_loss(logps(), mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
+    loss, _ = keyword_loss(logps(), mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
     (grad,) = torch.autograd.grad(loss, weight)
     # Eq. (22): ∇J* = 1/G Σ_{G+} A_i/|o_i| (2 Σ_{c_i} g + Σ_{u_i} g) + 1/G Σ_{G-} A_i/|o_i| Σ_{u_i} g.
     expected = torch.zeros_like(weight)
@@ -188,11 +188,11 @@ def test_reference_aggregation_divides_each_completion_by_its_conflict_count_the
     adv = torch.tensor([1.0, -0.5, 0.0, -0.5])
     fw, bw = conflict_spans(ids, mask, adv, 4)
     logps = torch.zeros(4, 3, requires_grad=True)
-    loss, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, aggregation="reference", **ENTROPY_OFF)
+    loss, _ = keyword_loss(logps, mask, adv, forward_span=fw, backward_span=bw, aggregation="reference", **ENTROPY_OFF)
     # Row 0: −(2+1+2)/3 / 2 conflicts; row 1: −(−0.5)(0+1+0)/3 / 2; row 2: 0; row 3: −(−0.5)(2/2) / max(0,1).
     expected = -(5 / 3) / 2 + (0.5 / 3) / 2 + 0.0 + 0.5
     torch.testing.assert_close(loss, torch.tensor(expected))
-    seq, _ = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
+    seq, _ = keyword_loss(logps, mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
     torch.testing.assert_close(seq, torch.tensor((-(5 / 3) + 0.5 / 3 + 0.0 + 0.5) / 4))
 
 
@@ -205,8 +205,8 @@ def test_old_logps_equal_to_current_give_the_on_policy_loss_and_gradient():
     _, mask, adv, fw, bw = conflict_batch(seed=4)
     a = leaf_logps(mask)
     b = leaf_logps(mask)
-    la, _ = gtpo_loss(a, mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
-    lb, _ = gtpo_loss(
+    la, _ = keyword_loss(a, mask, adv, forward_span=fw, backward_span=bw, **ENTROPY_OFF)
+    lb, _ = keyword_loss(
         b, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=b.detach().clone(), **ENTROPY_OFF
     )
     la.backward()
@@ -220,7 +220,7 @@ def test_ppo_clipping_zeroes_the_gradient_exactly_where_the_clipped_term_is_smal
     g = torch.Generator().manual_seed(0)
     old = leaf_logps(mask).detach()
     logps = (old + (torch.rand(old.shape, generator=g) - 0.5)).requires_grad_()  # ratios in [0.61, 1.65]
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -255,7 +255,7 @@ def test_importance_weights_multiply_each_token_loss_after_clipping_as_trl_vllm_
     logps = (old + (torch.rand(old.shape, generator=g) - 0.5) * 0.4).requires_grad_()
     shape = (mask.shape[0], 1) if per_sequence else mask.shape
     weights = torch.rand(shape, generator=g) * 2  # includes values near 0 (masked) and above 1
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -279,7 +279,7 @@ def test_importance_weights_multiply_each_token_loss_after_clipping_as_trl_vllm_
 def test_importance_weights_of_a_wrong_shape_are_rejected():
     _, mask, adv, fw, bw = conflict_batch(seed=7)
     with pytest.raises(ValueError, match="importance_weights must have shape"):
-        gtpo_loss(leaf_logps(mask), mask, adv, importance_weights=torch.ones(3), **ENTROPY_OFF)
+        keyword_loss(leaf_logps(mask), mask, adv, importance_weights=torch.ones(3), **ENTROPY_OFF)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def test_entropy_keep_mask_follows_eq6_and_its_variants(mode, initial, expected)
     assert entropy_keep_mask(mean_h, adv, mode=mode, initial_entropy=initial).tolist() == expected
     # gtpo_loss applies the same δ: kept rows get A − γ⟨H⟩ (A=0 included), filtered rows nothing.
     logps = torch.zeros(5, 1, requires_grad=True)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         torch.ones(5, 1),
         adv,
@@ -370,7 +370,7 @@ def test_auto_filter_without_initial_entropy_says_how_to_provide_it():
         entropy_keep_mask(torch.tensor([0.1]), torch.tensor([1.0]), mode="auto")
     _, mask, adv, fw, bw = conflict_batch()
     with pytest.raises(ValueError, match="initial_entropy=<float>"):
-        gtpo_loss(leaf_logps(mask), mask, adv, token_entropy=torch.ones(mask.shape))
+        keyword_loss(leaf_logps(mask), mask, adv, token_entropy=torch.ones(mask.shape))
 
 
 def test_shift_advantages_subtracts_detached_entropy_on_kept_rows_and_zeroes_filtered():
@@ -399,7 +399,7 @@ def entropy_batch(seed=6):
 def test_entropy_shift_loss_uses_original_signs_for_lambda_and_shifted_advantages_for_the_gradient():
     mask, adv, fw, bw, h = entropy_batch()
     logps = leaf_logps(mask)
-    loss, metrics = gtpo_loss(
+    loss, metrics = keyword_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="always", gamma=0.3
     )
     mean_h = (h * mask).sum(-1) / mask.sum(-1).clamp(min=1)
@@ -423,7 +423,7 @@ def test_small_positive_advantage_flipped_by_the_shift_keeps_lambda_of_a_positiv
     fw, bw = conflict_spans(ids, mask, adv, 2)
     logps = torch.zeros(2, 2, requires_grad=True)
     h = torch.ones(2, 2)  # ⟨H⟩ = 1: A'_0 = 0.01 − 0.1 < 0
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="never", gamma=0.1
     )
     loss.backward()
@@ -436,7 +436,7 @@ def test_small_positive_advantage_flipped_by_the_shift_keeps_lambda_of_a_positiv
 def test_filtered_completions_get_zero_gradient():
     mask, adv, fw, bw, h = entropy_batch(seed=7)
     logps = leaf_logps(mask)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, entropy_filter="negative_only", gamma=0.1
     )
     loss.backward()
@@ -452,9 +452,9 @@ def test_differentiable_entropy_term_adds_gamma_mean_entropy_with_gradient_and_n
     h = h.requires_grad_()
     logps = leaf_logps(mask)
     common = dict(forward_span=fw, backward_span=bw, entropy_filter="always")
-    loss, _ = gtpo_loss(logps, mask, adv, token_entropy=h, gamma=0.25, entropy_term="differentiable", **common)
+    loss, _ = keyword_loss(logps, mask, adv, token_entropy=h, gamma=0.25, entropy_term="differentiable", **common)
     base_logps = logps.detach().clone().requires_grad_()
-    base, _ = gtpo_loss(base_logps, mask, adv, token_entropy=h.detach(), gamma=0.25, entropy_term="none", **common)
+    base, _ = keyword_loss(base_logps, mask, adv, token_entropy=h.detach(), gamma=0.25, entropy_term="none", **common)
     mean_h = (h.detach() * mask).sum(-1) / mask.sum(-1)
     torch.testing.assert_close(loss, base + 0.25 * mean_h.mean())
     loss.backward()
@@ -473,8 +473,8 @@ def test_missing_token_entropy_is_only_accepted_with_entropy_parts_off():
         dict(entropy_filter="auto", initial_entropy=0.1, gamma=0.0),
     ):
         with pytest.raises(ValueError, match="token_entropy is needed"):
-            gtpo_loss(logps, mask, adv, **kwargs)
-    loss, metrics = gtpo_loss(logps, mask, adv, entropy_filter="never", gamma=0.1, entropy_term="none")
+            keyword_loss(logps, mask, adv, **kwargs)
+    loss, metrics = keyword_loss(logps, mask, adv, entropy_filter="never", gamma=0.1, entropy_term="none")
     torch.testing.assert_close(loss, grpo_loss(logps, mask, adv))
     assert "gtpo/mean_entropy" not in metrics
 
@@ -494,7 +494,7 @@ def test_metrics_on_a_hand_worked_group():
     assert bw.tolist() == [[False, False, True], [False, False, True], [False] * 3, [False] * 3]
     h = torch.tensor([[0.2, 0.2, 0.2], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5], [0.9, 0.9, 7.0]])  # ⟨H⟩ .2 1 .5 .9
     logps = torch.zeros(4, 3, requires_grad=True)
-    loss, m = gtpo_loss(
+    loss, m = keyword_loss(
         logps,
         mask,
         adv,
@@ -524,7 +524,7 @@ def test_metrics_on_a_hand_worked_group():
 
 def test_metrics_without_spans_or_active_rows_are_zero_not_nan():
     mask = torch.tensor([[1, 1], [1, 0]])
-    _, m = gtpo_loss(torch.zeros(2, 2), mask, torch.zeros(2), **ENTROPY_OFF)
+    _, m = keyword_loss(torch.zeros(2, 2), mask, torch.zeros(2), **ENTROPY_OFF)
     assert m["gtpo/conflict_token_frac"] == 0 and m["gtpo/forward_span_len"] == 0
     assert m["gtpo/protected_negative_frac"] == 0 and m["gtpo/mean_lambda"] == 1
 
@@ -609,7 +609,7 @@ def test_gtpo_loss_rejects_bad_input_with_a_clear_message(kwargs, message):
     )
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
-        gtpo_loss(**args)
+        keyword_loss(**args)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -621,9 +621,9 @@ def test_bfloat16_inputs_give_a_float32_loss_close_to_float32_and_bfloat16_gradi
     mask, adv, fw, bw, h = entropy_batch(seed=9)
     logps16 = leaf_logps(mask, dtype=torch.bfloat16)
     kwargs = dict(forward_span=fw, backward_span=bw, entropy_filter="always", gamma=0.1)
-    loss16, m16 = gtpo_loss(logps16, mask.int(), adv.bfloat16(), token_entropy=h.bfloat16(), **kwargs)
+    loss16, m16 = keyword_loss(logps16, mask.int(), adv.bfloat16(), token_entropy=h.bfloat16(), **kwargs)
     logps32 = logps16.detach().float().requires_grad_()
-    loss32, _ = gtpo_loss(logps32, mask, adv.bfloat16().float(), token_entropy=h.bfloat16().float(), **kwargs)
+    loss32, _ = keyword_loss(logps32, mask, adv.bfloat16().float(), token_entropy=h.bfloat16().float(), **kwargs)
     assert loss16.dtype == torch.float32 and all(v.dtype == torch.float32 for v in m16.values())
     torch.testing.assert_close(loss16, loss32)
     loss16.backward()
@@ -651,7 +651,7 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
     group_advantages(torch.rand(12), 6)
     logps = leaf_logps(mask)
     for term in ("advantage", "differentiable"):
-        loss, metrics = gtpo_loss(
+        loss, metrics = keyword_loss(
             logps,
             mask,
             adv,
@@ -665,7 +665,7 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
             aggregation="reference",
         )
         loss.backward()
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -684,9 +684,9 @@ def test_loss_on_cuda_in_bfloat16_equals_cpu():
     mask, adv, fw, bw, h = entropy_batch(seed=11)
     kwargs = dict(entropy_filter="always", gamma=0.1)
     logps = leaf_logps(mask)
-    loss, metrics = gtpo_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, **kwargs)
+    loss, metrics = keyword_loss(logps, mask, adv, forward_span=fw, backward_span=bw, token_entropy=h, **kwargs)
     logps_c = logps.detach().cuda().requires_grad_()
-    loss_c, metrics_c = gtpo_loss(
+    loss_c, metrics_c = keyword_loss(
         logps_c,
         mask.cuda(),
         adv.cuda(),
@@ -704,14 +704,23 @@ def test_loss_on_cuda_in_bfloat16_equals_cpu():
     torch.testing.assert_close(token_entropy(logits).cpu(), token_entropy(logits.cpu()), rtol=1e-4, atol=1e-4)
 
 
-def test_the_keyword_form_of_gtpo_loss_is_exactly_the_dataclasses_fields():
-    """gtpo_loss(per_token_logps, completion_mask, advantages, **keywords) builds a LossInputs and a LossSettings
-    from its arguments by name (issue 32): every argument but ``terms`` is a field of exactly one of them."""
-    import inspect
+def test_gtpo_loss_has_one_form_and_refuses_the_old_ones_in_one_line():
+    """`gtpo_loss(LossInputs, LossSettings)` is the loss's one entry point (issue 40): the keyword form and
+    `policy_loss` are gone, and calling the old way says how to call it. The dataclasses share no field, so the tests'
+    `keyword_loss` shorthand cannot route a keyword to the wrong one."""
     from dataclasses import fields
 
+    import gtpo.core
     from gtpo.core import LossInputs, LossSettings, gtpo_loss
 
     inputs, settings = {f.name for f in fields(LossInputs)}, {f.name for f in fields(LossSettings)}
     assert inputs.isdisjoint(settings)
-    assert set(inspect.signature(gtpo_loss).parameters) - {"terms"} == inputs | settings
+    assert not hasattr(gtpo.core, "policy_loss")
+    logps, adv = torch.zeros(2, 3), torch.tensor([1.0, -1.0])
+    with pytest.raises(TypeError, match=r"gtpo_loss takes \(LossInputs, LossSettings\), built by keyword"):
+        gtpo_loss(logps, M)
+    for old_call in (lambda: gtpo_loss(logps, M, adv), lambda: gtpo_loss(LossInputs(logps, M, adv), gamma=0.0)):
+        with pytest.raises(TypeError):
+            old_call()
+    loss, _ = gtpo_loss(LossInputs(logps, M, adv), LossSettings(entropy_filter="never", gamma=0.0))
+    assert loss.item() == 0.0

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from gtpo.core import conflict_weights, gtpo_loss
+from gtpo.core import conflict_weights
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_core_aggregation import EPS_HIGH, EPS_LOW, trl_compute_loss  # noqa: E402
 from test_core_loss import entropy_batch, leaf_logps  # noqa: E402
+
+from loss_helpers import keyword_loss  # noqa: E402
 
 LN2 = math.log(2)
 SAPO = (1.0, 1.05)  # TRL's default temperatures (positive, negative)
@@ -114,7 +116,7 @@ def test_with_unit_weights_each_option_is_trls_own_loss_in_value_and_gradient(na
         kl = ((old - logps.detach()) * mask).sum(-1) / mask.sum(-1)
         dropped = (adv < 0) & (kl > option["off_policy_mask_threshold"])
         assert 0 < dropped.sum() < (adv < 0).sum(), "the batch must drop some negative sequences and keep others"
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -178,7 +180,7 @@ def test_with_gtpos_weights_each_option_is_the_documented_per_token_formula(name
     old, ref = old_and_ref(logps, seed=8)
     gamma = 0.3
     kwargs = core_kwargs(option, logps, ref, mask, adv, old, entropy)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps,
         mask,
         adv,
@@ -211,7 +213,7 @@ def test_sequence_level_keeps_lambda_per_token_gspo_token():
     mask, adv, fw, bw, _ = entropy_batch(seed=6)
     logps = leaf_logps(mask, seed=7)
     old, _ = old_and_ref(logps, seed=8)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old, entropy_filter="never",
         gamma=0.0, importance_sampling_level="sequence", epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH,
     )  # fmt: skip
@@ -235,7 +237,7 @@ def test_sequence_level_keeps_lambda_per_token_gspo_token():
 def test_bad_option_values_are_one_clear_error(kwargs, message):
     mask, adv, _, _, _ = entropy_batch(seed=2)
     with pytest.raises(ValueError, match=re.escape(message)):
-        gtpo_loss(leaf_logps(mask), mask, adv, entropy_filter="never", gamma=0.0, epsilon_high=EPS_HIGH, **kwargs)
+        keyword_loss(leaf_logps(mask), mask, adv, entropy_filter="never", gamma=0.0, epsilon_high=EPS_HIGH, **kwargs)
 
 
 LOSS_TYPES = {  # TRL loss type -> (core surrogate, the outer scaling TRL's stub applies: accumulation 2, 2 steps)
@@ -271,7 +273,7 @@ def test_with_unit_weights_trls_cispo_sapo_and_luspo_are_trls_own_loss(loss_type
     mask, adv, _, _, _ = entropy_batch(seed=31)
     logps = leaf_logps(mask, seed=32)
     old, _ = old_and_ref(logps, seed=33)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps, mask, adv, old_per_token_logps=old, entropy_filter="never", gamma=0.0, epsilon_low=EPS_LOW,
         epsilon_high=EPS_HIGH, **loss_type_kwargs(loss_type, mask, logps, old, adv),
     )  # fmt: skip
@@ -292,7 +294,7 @@ def test_with_gtpos_weights_cispo_sapo_and_luspo_are_the_documented_formula(loss
     mean_h = (entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     a_used = torch.where(mean_h <= LN2, adv - 0.3 * mean_h, 0.0)
     kwargs = loss_type_kwargs(loss_type, mask, logps, old, a_used)
-    loss, _ = gtpo_loss(
+    loss, _ = keyword_loss(
         logps, mask, adv, forward_span=fw, backward_span=bw, old_per_token_logps=old, token_entropy=entropy,
         entropy_filter="always", gamma=0.3, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, **kwargs,
     )  # fmt: skip

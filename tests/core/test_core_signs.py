@@ -18,11 +18,12 @@ from gtpo.core import (
     conflict_weights,
     entropy_keep_mask,
     group_advantages,
-    gtpo_loss,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_core import reference_spans  # noqa: E402
+
+from loss_helpers import keyword_loss  # noqa: E402
 
 # Partial-credit rewards on a 0.1 grid, G = 8: rows 1 and 5 equal the group mean 0.4, yet float32
 # (R − mean)/(std + 1e-4) gives them A ≈ −1.07e-7 instead of 0 (found by search, asserted below).
@@ -102,7 +103,7 @@ def test_noisy_zero_rows_do_not_count_as_rows_with_nonzero_advantage_in_metrics_
     keep = entropy_keep_mask(h.mean(-1), adv, mode="negative_only", group_size=8)
     # negative_only drops the high-entropy rows with A<0 (0, 2, 3) only; rows 1, 5 count as A = 0.
     assert keep.tolist() == [False, True, False, False, True, True, True, True]
-    _, m = gtpo_loss(
+    _, m = keyword_loss(
         torch.zeros(8, 2),
         mask,
         adv,
@@ -116,7 +117,7 @@ def test_noisy_zero_rows_do_not_count_as_rows_with_nonzero_advantage_in_metrics_
     # No spans, so the span length per A≠0 row is 0 over 6 rows; δ: 3 of 8 dropped.
     assert m["gtpo/forward_span_len"] == 0 and m["gtpo/filtered_frac"] == pytest.approx(3 / 8)
     fw[0, 0] = fw[4, 0] = True  # spans given by hand: 2 span tokens over the 6 A≠0 rows' 12 tokens
-    _, m = gtpo_loss(
+    _, m = keyword_loss(
         torch.zeros(8, 2),
         mask,
         adv,
@@ -202,9 +203,9 @@ def test_sign_flipped_frac_counts_kept_positive_rows_the_shift_makes_negative_ov
     h = torch.tensor([1.0, 1.0, 0.2, 0.3, 0.5, 3.0]).unsqueeze(-1).expand(6, 2)
     mask = torch.ones(6, 2, dtype=torch.bool)
     common = dict(token_entropy=h, entropy_filter="always", entropy_threshold=1.5, gamma=0.1)
-    _, m = gtpo_loss(torch.zeros(6, 2), mask, adv, **common)
+    _, m = keyword_loss(torch.zeros(6, 2), mask, adv, **common)
     assert m["gtpo/sign_flipped_frac"].item() == pytest.approx(2 / 4)
     # Without the advantage shift nothing flips.
     for term in ("none", "differentiable"):
-        _, m = gtpo_loss(torch.zeros(6, 2), mask, adv, entropy_term=term, **common)
+        _, m = keyword_loss(torch.zeros(6, 2), mask, adv, entropy_term=term, **common)
         assert m["gtpo/sign_flipped_frac"] == 0

@@ -38,7 +38,6 @@ _EXPORTS = {
     "AGGREGATIONS": "loss",
     "advantage_terms": "loss",
     "gtpo_loss": "loss",
-    "policy_loss": "loss",
     "loss_metrics": "metrics",
     "LN2": "paper",
     "COMBINE_MODES": "spans",

@@ -9,7 +9,6 @@ Metrics: `gtpo.core.metrics`. docs/core.md gives every choice and formula.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import fields
 
 import torch
 from torch import Tensor
@@ -20,7 +19,6 @@ from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
-from gtpo.core.paper import ENTROPY_THRESHOLD, GAMMA, POSITIVE_WEIGHT
 from gtpo.core.spans import COMBINE_MODES
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
@@ -111,10 +109,17 @@ def advantage_terms(inputs: LossInputs, settings: LossSettings, valid: Tensor | 
     return AdvantageTerms(signs=signs, mean_entropy=mean_h, keep=keep, advantages=a_used)
 
 
-def policy_loss(
+def gtpo_loss(
     inputs: LossInputs, settings: LossSettings | None = None, *, terms: AdvantageTerms | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics: `gtpo_loss` on the dataclass inputs.
+    """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics; the one entry point of the loss.
+
+    Per valid token ℓ = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A'), r = exp(logp − old.detach()); without
+    ``old_per_token_logps`` r = exp(logp − logp.detach()) (value 1) and no clipping. λ from the spans and
+    the *original* signs (Eq. 5; 1 without spans), δ from ⟨H⟩_i (Eq. 6), A' = δ·(A − γ⟨H⟩) for
+    ``entropy_term="advantage"`` (else δ·A; ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i). docs/core.md gives
+    every field, the aggregations and the metric formulas. Build the two dataclasses by keyword:
+    ``gtpo_loss(LossInputs(per_token_logps=..., completion_mask=..., advantages=...), LossSettings(gamma=0.1))``.
 
     Args:
         inputs: the micro-batch's tensors (`LossInputs`).
@@ -125,6 +130,12 @@ def policy_loss(
     Returns:
         (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
     """
+    if not isinstance(inputs, LossInputs) or not (settings is None or isinstance(settings, LossSettings)):
+        raise TypeError(
+            "gtpo_loss takes (LossInputs, LossSettings), built by keyword: gtpo_loss(LossInputs(per_token_logps=..., "
+            "completion_mask=..., advantages=...), LossSettings(...)); its keyword form and policy_loss were removed "
+            f"(got {type(inputs).__name__}, {type(settings).__name__})"
+        )
     settings = LossSettings() if settings is None else settings
     lookup(ENTROPY_TERMS, settings.entropy_term, "entropy_term")
     lookup(ENTROPY_FILTERS, settings.entropy_filter, "entropy_filter mode")
@@ -146,67 +157,4 @@ def policy_loss(
     return loss, loss_metrics(valid, signs, fw, bw, lam, terms.keep, mean_h, terms.advantages)
 
 
-_INPUT_FIELDS = {f.name for f in fields(LossInputs)}
-_SETTING_FIELDS = {f.name for f in fields(LossSettings)}
 
-
-def gtpo_loss(
-    per_token_logps: Tensor | LossInputs,
-    completion_mask: Tensor | LossSettings | None = None,
-    advantages: Tensor | None = None,
-    *,
-    forward_span: Tensor | None = None,
-    backward_span: Tensor | None = None,
-    old_per_token_logps: Tensor | None = None,
-    token_entropy: Tensor | None = None,
-    positive_weight: float = POSITIVE_WEIGHT,
-    combine: str = "union",
-    entropy_filter: str = "auto",
-    entropy_threshold: float = ENTROPY_THRESHOLD,
-    initial_entropy: float | Tensor | None = None,
-    gamma: float = GAMMA,
-    entropy_term: str = "advantage",
-    aggregation: str = "sequence",
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    importance_weights: Tensor | None = None,
-    group_size: int = 1,
-    max_completion_length: int | None = None,
-    token_normalizer: Tensor | float | None = None,
-    delta: float | None = None,
-    importance_sampling_level: str = "token",
-    token_mask: Tensor | None = None,
-    ref_per_token_logps: Tensor | None = None,
-    beta: float = 0.0,
-    kl_bias_correction: bool = False,
-    surrogate: str = "clip",
-    sapo_temperatures: tuple[float, float] | None = None,
-    sequence_weights: Tensor | None = None,
-    terms: AdvantageTerms | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """The GTPO policy loss −J_GTPO of Eq. (7), with its metrics.
-
-    Per valid token ℓ = −λ·min(r·A', clip(r, 1−ε_low, 1+ε_high)·A'), r = exp(logp − old.detach()); without
-    ``old_per_token_logps`` r = exp(logp − logp.detach()) (value 1) and no clipping. λ from the spans and
-    the *original* signs (Eq. 5; 1 without spans), δ from ⟨H⟩_i (Eq. 6), A' = δ·(A − γ⟨H⟩) for
-    ``entropy_term="advantage"`` (else δ·A; ``"differentiable"`` adds +γ·mean_i ⟨H⟩_i). docs/core.md gives
-    every argument, the aggregations and the metric formulas.
-
-    Two forms: ``gtpo_loss(inputs, settings)`` with a `LossInputs` and a `LossSettings` (what the trainer calls,
-    through `policy_loss`), or the keyword form below, whose keywords are those dataclasses' fields.
-
-    Args:
-        per_token_logps, completion_mask, advantages, and the keywords: the fields of `LossInputs` (the tensors, with
-            their shapes) and of `LossSettings` (the settings), documented there; ``aggregation`` and ``surrogate``
-            name entries of `gtpo.core.registry`.
-        terms: ⟨H⟩_i, δ_i and A'_i from `advantage_terms` on the same inputs and settings, if already computed.
-
-    Returns:
-        (loss, metrics): a float32 scalar, and a dict of detached scalars (`gtpo.core.metrics.loss_metrics`).
-    """
-    options = dict(locals())  # the keyword form's arguments, each a field of LossInputs or LossSettings
-    if isinstance(per_token_logps, LossInputs):  # gtpo_loss(inputs, settings)
-        return policy_loss(per_token_logps, completion_mask, terms=terms)
-    inputs = LossInputs(**{k: v for k, v in options.items() if k in _INPUT_FIELDS})
-    settings = LossSettings(**{k: v for k, v in options.items() if k in _SETTING_FIELDS})
-    return policy_loss(inputs, settings, terms=terms)
