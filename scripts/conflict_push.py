@@ -1,0 +1,76 @@
+"""What the conflict correction did to each recorded step of a run, in tokens: the shared opening and ending it acted
+on, and the net push it gave them (exploratory; issue 38, item 3: why GTPO stalls on the format's partial credit).
+
+For each step of a run's completion record (`completions/`, written by every `gtpo train` run) it prints the
+group's rewards, the forward span's text (the longest one, from a positive completion if any), the backward span's
+text, and two sums over the forward-span positions of all completions:
+
+- ``push``: Σ_i Σ_{t ∈ M^fw_i} λ_{i,t} · A'_i: the total advantage-weighted update the loss gives the shared opening
+  (λ from the record: 2 on a positive's span token, 0 on a negative's);
+- ``plain``: the same with λ = 1, what GRPO (or GTPO without the correction) gives those very tokens. With group-
+  normalised advantages this is near 0 where positives and negatives share the opening; the correction makes it
+  2 · Σ_{positives} A'_i · |span|, all positive.
+
+    .venv/bin/python scripts/conflict_push.py studies/smollm2-synthetic-lr1e-3-e/runs/gtpo/seed200 [--steps 1 5]
+
+Reads the records only (no model). Each line: ``step R=[rewards] push P plain Q  fw 'text'  bw 'text'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gtpo.runs import completions as records  # noqa: E402
+
+
+def step_summary(step_record: dict) -> dict:
+    """The push on the forward spans of one recorded step (all its recorded groups), and their texts."""
+    c = step_record["columns"]
+    push = plain = 0.0
+    shown, shown_key = None, None  # the row whose spans are printed: the longest forward span, positives first
+    for i, tokens in enumerate(c["completion_tokens"]):
+        used = c["advantage_used"][i] or 0.0  # None where the loss had not run on the row by the logging step
+        fw = c["forward_span"][i]
+        lam = records.lambda_row(c["lambda_positions"][i], c["lambda_values"][i], len(tokens))
+        push += sum(lam[:fw]) * used
+        plain += fw * used
+        key = (fw, c["advantage"][i] > 0)
+        if shown_key is None or key > shown_key:
+            shown, shown_key = i, key
+    tokens = c["completion_tokens"][shown]
+    return {
+        "rewards": c["reward"],
+        "push": push,
+        "plain": plain,
+        "forward": "".join(tokens[: c["forward_span"][shown]]),
+        "backward": "".join(tokens[len(tokens) - c["backward_span"][shown] :]),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="run folders with a completions/ record")
+    parser.add_argument("--steps", type=int, nargs=2, metavar=("FIRST", "LAST"), help="only these steps")
+    args = parser.parse_args(argv)
+    for run in args.runs:
+        steps = records.recorded_steps(run)
+        if steps and not records.read_step(run, steps[0])["metadata"]["lambda_applied"]:
+            print(f"({run}: λ was not applied by this run's loss; push is what the correction would have given)")
+        if args.steps:
+            steps = [s for s in steps if args.steps[0] <= s <= args.steps[1]]
+        print(f"== {run}: {len(steps)} recorded steps")
+        for step in steps:
+            s = step_summary(records.read_step(run, step))
+            rewards = "[" + " ".join(f"{r:g}" for r in s["rewards"]) + "]"
+            print(
+                f"{step:3d} R={rewards}  push {s['push']:+7.2f} plain {s['plain']:+7.2f}  "
+                f"fw {s['forward']!r}  bw {s['backward']!r}"
+            )
+
+
+if __name__ == "__main__":
+    main()
