@@ -449,3 +449,41 @@ def test_skipping_validation_changes_no_span_and_the_default_still_validates():
     assert not left_padded.all()
     with pytest.raises(ValueError, match="right-padded"):
         conflict_spans(ids, left_padded, adv, 4)
+
+
+# ------------------------------------------------------------------ the correction's ablations (issue 38, item 3)
+def _ablation_group():
+    """Two completions of one group, A = +1 and -1, sharing the opening [5, 7] and the ending [9]: forward spans
+    cover positions 0-1 of both, backward spans the last position of both."""
+    ids = torch.tensor([[5, 7, 1, 9], [5, 7, 2, 9]])
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    adv = torch.tensor([1.0, -1.0])
+    fw, bw = conflict_spans(ids, mask, adv, 2)
+    assert fw.int().tolist() == [[1, 1, 0, 0], [1, 1, 0, 0]] and bw.int().tolist() == [[0, 0, 0, 1], [0, 0, 0, 1]]
+    return fw, bw, adv
+
+
+@pytest.mark.parametrize(
+    "options, positive_row, negative_row",
+    [
+        ({}, [2, 2, 1, 2], [0, 0, 1, 0]),  # the paper: doubled positives, protected negatives, on both spans
+        (dict(negative_weight=1.0), [2, 2, 1, 2], [1, 1, 1, 1]),  # doubling without protecting negatives
+        (dict(positive_weight=1.0), [1, 1, 1, 1], [0, 0, 1, 0]),  # protection without doubling
+        (dict(sides="forward"), [2, 2, 1, 1], [0, 0, 1, 1]),  # the opening only
+        (dict(sides="backward"), [1, 1, 1, 2], [1, 1, 1, 0]),  # the ending only
+    ],
+    ids=["paper", "no-protection", "no-doubling", "forward-only", "backward-only"],
+)
+def test_conflict_weight_ablations_on_a_hand_built_group(options, positive_row, negative_row):
+    """λ of Eq. 5 under each ablation flag, by hand; with no option it is the paper's."""
+    fw, bw, adv = _ablation_group()
+    lam = conflict_weights(fw, bw, adv, **options)
+    assert lam.tolist() == [[float(x) for x in positive_row], [float(x) for x in negative_row]]
+
+
+def test_negative_weight_and_sides_are_checked():
+    fw, bw, adv = _ablation_group()
+    with pytest.raises(ValueError, match="negative_weight must be finite and >= 0"):
+        conflict_weights(fw, bw, adv, negative_weight=-0.5)
+    with pytest.raises(ValueError, match="span sides"):
+        conflict_weights(fw, bw, adv, sides="middle")

@@ -724,3 +724,32 @@ def test_gtpo_loss_has_one_form_and_refuses_the_old_ones_in_one_line():
             old_call()
     loss, _ = gtpo_loss(LossInputs(logps, M, adv), LossSettings(entropy_filter="never", gamma=0.0))
     assert loss.item() == 0.0
+
+
+def test_weights_of_one_inside_the_spans_make_the_correction_a_no_op():
+    """λ = 1 for both signs inside the spans (positive_weight = negative_weight = 1) is no correction at all: the loss
+    and its gradient equal those without spans, and so does the ablation with only the forward or backward side."""
+    torch.manual_seed(0)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    fw = torch.zeros(4, 5, dtype=torch.bool)
+    fw[:, :2] = True
+    bw = torch.zeros(4, 5, dtype=torch.bool)
+    bw[:, -1] = True
+    base = torch.randn(4, 5)
+    plain_logps = base.clone().requires_grad_()
+    plain, _ = keyword_loss(plain_logps, mask, adv, entropy_filter="never", gamma=0.0)
+    plain.backward()
+    for sides in ("both", "forward", "backward"):
+        logps = base.clone().requires_grad_()
+        loss, _ = keyword_loss(
+            logps, mask, adv, forward_span=fw, backward_span=bw, positive_weight=1.0, negative_weight=1.0,
+            span_sides=sides, entropy_filter="never", gamma=0.0,
+        )  # fmt: skip
+        loss.backward()
+        assert loss.item() == pytest.approx(plain.item(), abs=1e-7)
+        torch.testing.assert_close(logps.grad, plain_logps.grad)
+    with_correction, _ = keyword_loss(
+        base.clone(), mask, adv, forward_span=fw, backward_span=bw, entropy_filter="never", gamma=0.0
+    )
+    assert abs(with_correction.item() - plain.item()) > 1e-3  # the control: the paper's λ does change it

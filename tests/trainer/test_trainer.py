@@ -115,6 +115,8 @@ def run(trainer_cls, tiny_model_path, args, reward=table_reward, dataset=None, *
         (dict(entropy_threshold=0.0), "entropy_threshold"),
         (dict(entropy_gamma=-0.1), "entropy_gamma"),
         (dict(conflict_positive_weight=float("inf")), "conflict_positive_weight"),
+        (dict(conflict_negative_weight=-1.0), "conflict_negative_weight"),
+        (dict(conflict_span_sides="middle"), "conflict_span_sides='middle'"),
         (dict(initial_entropy=float("nan")), "initial_entropy"),
         (dict(initial_entropy_prompts=0), "initial_entropy_prompts"),
         (dict(loss_type="cispo", entropy_term="differentiable"), "counted steps_per_generation times"),
@@ -179,6 +181,8 @@ def test_every_gtpo_field_is_documented_with_help():
         "fast_generation",
         "log_completions_max_groups",
         "print_completions",
+        "conflict_negative_weight",
+        "conflict_span_sides",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:

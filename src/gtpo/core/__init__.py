@@ -41,6 +41,7 @@ _EXPORTS = {
     "loss_metrics": "metrics",
     "LN2": "paper",
     "COMBINE_MODES": "spans",
+    "SPAN_SIDES": "spans",
     "conflict_spans": "spans",
     "conflict_weights": "spans",
 }

@@ -108,11 +108,12 @@ def check_group_size(group_size, n: int | None = None, what: str = "rows") -> No
         raise ValueError(f"N={n} {what} is not a multiple of group_size={group_size}")
 
 
-def check_weight(positive_weight) -> None:
-    if isinstance(positive_weight, bool) or not isinstance(positive_weight, (int, float)):
-        raise ValueError(f"positive_weight must be a number, got {positive_weight!r}")
-    if not math.isfinite(positive_weight) or positive_weight < 0:
-        raise ValueError(f"positive_weight must be finite and >= 0 (the paper uses 2), got {positive_weight!r}")
+def check_weight(weight, name: str = "positive_weight") -> None:
+    """A λ of Eq. 5 inside a span: a finite number >= 0 (the paper: 2 for A > 0, 0 for A < 0)."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise ValueError(f"{name} must be a number, got {weight!r}")
+    if not math.isfinite(weight) or weight < 0:
+        raise ValueError(f"{name} must be finite and >= 0 (the paper uses 2 for A > 0, 0 for A < 0), got {weight!r}")
 
 
 def check_number(value, name: str) -> None:

@@ -63,6 +63,8 @@ class LossSettings:
 
     Attributes:
         positive_weight, combine: λ's settings (Eq. 5; `conflict_weights`).
+        negative_weight, span_sides: λ of a negative completion's span tokens (the paper's 0) and which spans
+            (`SPAN_SIDES`: the paper's ``both``); both for ablations.
         entropy_filter, entropy_threshold, initial_entropy: δ's settings (Eq. 6; `entropy_keep_mask`).
         gamma, entropy_term: the entropy penalty's weight γ and how it enters (Eq. 7; `ENTROPY_TERMS`).
         aggregation: a normaliser or loss type of `gtpo.core.registry` (how token losses are reduced).
@@ -78,6 +80,8 @@ class LossSettings:
 
     positive_weight: float = paper.POSITIVE_WEIGHT
     combine: str = "union"
+    negative_weight: float = paper.NEGATIVE_WEIGHT
+    span_sides: str = "both"
     entropy_filter: str = "auto"
     entropy_threshold: float = paper.ENTROPY_THRESHOLD
     initial_entropy: float | Tensor | None = None
@@ -210,6 +214,7 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
         (``max_completion_length`` for ``dr_grpo``, ``token_normalizer`` for the token sums, else None).
     """
     check_weight(settings.positive_weight)
+    check_weight(settings.negative_weight, "negative_weight")
     check_entropy_threshold(settings.entropy_threshold, "entropy_threshold")
     for name in ("gamma", "epsilon_low", "epsilon_high"):
         check_number(getattr(settings, name), name)

@@ -19,7 +19,7 @@ from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
-from gtpo.core.spans import COMBINE_MODES
+from gtpo.core.spans import COMBINE_MODES, SPAN_SIDES
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -140,6 +140,7 @@ def gtpo_loss(
     lookup(ENTROPY_TERMS, settings.entropy_term, "entropy_term")
     lookup(ENTROPY_FILTERS, settings.entropy_filter, "entropy_filter mode")
     combine_fn = lookup(COMBINE_MODES, settings.combine, "combine mode")
+    sides = lookup(SPAN_SIDES, settings.span_sides, "span_sides")
     aggregate = lookup(AGGREGATIONS, settings.aggregation, "aggregation")
     check_loss_options(inputs, settings)
     valid, normalizer = check_loss_inputs(inputs, settings)  # (N, T) bool; the one host sync of the call
@@ -147,14 +148,12 @@ def gtpo_loss(
     terms = advantage_terms(inputs, settings, valid) if terms is None else terms
     fw = torch.zeros_like(valid) if inputs.forward_span is None else inputs.forward_span & valid  # (N, T) M^fw
     bw = torch.zeros_like(valid) if inputs.backward_span is None else inputs.backward_span & valid  # (N, T) M^bw
+    fw, bw = sides(fw, bw)  # the paper's both spans, or one side (an ablation)
     signs = terms.signs.float()  # (N,)
-    lam = combine_fn(fw, bw, signs, float(settings.positive_weight))  # (N, T) λ, Eq. 5; 1 without spans
+    lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # (N, T) Eq. 5
     token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)
     loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
     mean_h = terms.mean_entropy
     if settings.entropy_term == "differentiable" and mean_h is not None and settings.gamma != 0:
         loss = loss + settings.gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (−γ⟨H⟩_i in J)
     return loss, loss_metrics(valid, signs, fw, bw, lam, terms.keep, mean_h, terms.advantages)
-
-
-

@@ -17,6 +17,9 @@ ENTROPY_THRESHOLD = LN2
 POSITIVE_WEIGHT = 2.0
 """λ of a positive completion's conflict tokens (Eq. 5; App. 11, Eq. 19: keeps the group's total signal)."""
 
+NEGATIVE_WEIGHT = 0.0
+"""λ of a negative completion's conflict tokens (Eq. 5: no negative update on them)."""
+
 GAMMA = 0.1
 """γ, the weight of the entropy term −γ⟨H⟩_i (Eq. 7)."""
 

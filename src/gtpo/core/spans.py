@@ -22,6 +22,7 @@ from gtpo.core.checks import (
     validate_group_batch,
 )
 from gtpo.core.conflicts import aligned_conflicts
+from gtpo.core.paper import NEGATIVE_WEIGHT, POSITIVE_WEIGHT
 
 # 2. Conflict spans (Sec. 5.1) ---------------------------------------------------------------------
 # Spans are searched window by window from each end: the first window has this many aligned positions,
@@ -107,40 +108,50 @@ def conflict_spans(
 
 
 # 3. Token weights λ (Eq. 5/21) --------------------------------------------------------------------
-def _signed_weight(span: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
-    """Eq. (5) on one mask: 1 outside the span; inside 0 (A<0), positive_weight (A>0), 1 (A=0)."""
+def _signed_weight(span: Tensor, signs: Tensor, positive_weight: float, negative_weight: float) -> Tensor:
+    """Eq. (5) on one mask: 1 outside the span; inside negative_weight (A<0; the paper's 0), positive_weight (A>0),
+    1 (A=0)."""
     a = signs.unsqueeze(-1)  # (N, 1) from `advantage_signs`, as floats
     one = torch.ones((), dtype=signs.dtype, device=signs.device)
-    inside = torch.where(a > 0, positive_weight, torch.where(a < 0, 0.0, one))  # (N, 1)
+    inside = torch.where(a > 0, positive_weight, torch.where(a < 0, negative_weight, one))  # (N, 1)
     return torch.where(span, inside, one)  # (N, T)
 
 
-def _combine_union(forward: Tensor, backward: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
+def _combine_union(forward, backward, signs, positive_weight: float, negative_weight: float) -> Tensor:
     # The paper's text: M_i = M_i^fw ∨ M_i^bw, then Eq. (5).
-    return _signed_weight(forward | backward, signs, positive_weight)  # (N, T)
+    return _signed_weight(forward | backward, signs, positive_weight, negative_weight)  # (N, T)
 
 
-def _combine_product(forward: Tensor, backward: Tensor, signs: Tensor, positive_weight: float) -> Tensor:
+def _combine_product(forward, backward, signs, positive_weight: float, negative_weight: float) -> Tensor:
     # The authors' code (Listing 2): final_mask = mask_fwd * mask_bw, so positive_weight² in overlaps.
-    fw = _signed_weight(forward, signs, positive_weight)  # (N, T)
-    return fw * _signed_weight(backward, signs, positive_weight)  # (N, T)
+    fw = _signed_weight(forward, signs, positive_weight, negative_weight)  # (N, T)
+    return fw * _signed_weight(backward, signs, positive_weight, negative_weight)  # (N, T)
 
 
-COMBINE_MODES: dict[str, Callable[[Tensor, Tensor, Tensor, float], Tensor]] = {
+COMBINE_MODES: dict[str, Callable[[Tensor, Tensor, Tensor, float, float], Tensor]] = {
     "union": _combine_union,
     "product": _combine_product,
 }
 """How forward and backward spans combine into λ: ``union`` (paper text), ``product`` (authors' code)."""
+
+SPAN_SIDES: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = {
+    "both": lambda forward, backward: (forward, backward),  # Sec. 5.1: leading and trailing spans
+    "forward": lambda forward, backward: (forward, torch.zeros_like(backward)),  # an ablation: the opening only
+    "backward": lambda forward, backward: (torch.zeros_like(forward), backward),  # an ablation: the ending only
+}
+"""Which conflict spans the correction acts on: ``both`` (the paper), or one side alone (ablations)."""
 
 
 def conflict_weights(
     forward: Tensor,
     backward: Tensor,
     advantages: Tensor,
-    positive_weight: float = 2.0,
+    positive_weight: float = POSITIVE_WEIGHT,
     combine: str = "union",
     *,
     group_size: int = 1,
+    negative_weight: float = NEGATIVE_WEIGHT,
+    sides: str = "both",
 ) -> Tensor:
     """Token weights λ_{i,t} of Eq. (5)/(21): 1 outside the spans; inside 0 (A<0), positive_weight (A>0).
 
@@ -154,6 +165,8 @@ def conflict_weights(
         combine: one of `COMBINE_MODES`: ``union`` (M = M^fw ∨ M^bw, the paper's text) or ``product`` (the
             authors' code: forward and backward λ multiplied, 4 on tokens in both spans).
         group_size: G for `advantage_signs` (1: each row alone).
+        negative_weight: λ inside a span for A<0 (the paper's 0: no negative update; 1 keeps it, an ablation).
+        sides: one of `SPAN_SIDES`: ``both`` (the paper), ``forward`` or ``backward`` alone (ablations).
 
     Returns:
         (N, T) λ in the dtype of ``advantages``.
@@ -164,9 +177,11 @@ def conflict_weights(
     [[2.0, 4.0], [0.0, 1.0]]
     """
     fn = lookup(COMBINE_MODES, combine, "combine mode")
+    forward, backward = lookup(SPAN_SIDES, sides, "span sides")(forward, backward)
     check_weights_inputs(forward, backward, advantages, positive_weight, group_size)
+    check_weight(negative_weight, "negative_weight")
     signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
-    return fn(forward, backward, signs, float(positive_weight))  # (N, T)
+    return fn(forward, backward, signs, float(positive_weight), float(negative_weight))  # (N, T)
 
 
 # Input checks of this module's functions (one host sync per call) -----------------------------------

@@ -145,6 +145,7 @@ class CompletionRecorder:
         lam = core.conflict_weights(
             batch["forward"][:n] & mask, batch["backward"][:n] & mask, adv.float(),
             args.conflict_positive_weight, args.conflict_combine, group_size=g,
+            negative_weight=args.conflict_negative_weight, sides=args.conflict_span_sides,
         )  # fmt: skip  # (n, T)
         tokenizer = trainer._tokenizer
         weights = trainer.reward_weights.tolist()
@@ -182,6 +183,8 @@ class CompletionRecorder:
             "lambda_applied": bool(args.gtpo_enabled and args.conflict_correction),
             "conflict_combine": args.conflict_combine,
             "conflict_positive_weight": args.conflict_positive_weight,
+            "conflict_negative_weight": args.conflict_negative_weight,
+            "conflict_span_sides": args.conflict_span_sides,
             "entropy_filter": args.entropy_filter if args.gtpo_enabled else "never",
             "entropy_threshold": args.entropy_threshold,
             "entropy_gamma": args.entropy_gamma if args.gtpo_enabled else 0.0,

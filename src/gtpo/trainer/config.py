@@ -34,7 +34,7 @@ from trl import GRPOConfig
 from gtpo.core import paper, registry
 from gtpo.core.checks import check_entropy_threshold
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS
-from gtpo.core.spans import COMBINE_MODES
+from gtpo.core.spans import COMBINE_MODES, SPAN_SIDES
 
 ALGORITHMS = ("gtpo", "grpo")
 AGGREGATIONS = ("sequence", "reference")
@@ -134,6 +134,21 @@ class GTPOConfig(GRPOConfig):
         metadata={
             "help": "λ for span tokens of completions with A_i>0 (Eq. 5/21); span tokens of completions with A_i<0 "
             "get 0. The paper's 2 keeps the group's total signal (Appendix 11, Eq. 19)."
+        },
+    )
+    conflict_negative_weight: float = field(
+        default=paper.NEGATIVE_WEIGHT,
+        metadata={
+            "help": "λ for span tokens of completions with A_i<0 (Eq. 5). The paper's 0 removes their negative update; "
+            "1 keeps it (the ablation 'doubling without protecting negatives', with conflict_positive_weight 2)."
+        },
+    )
+    conflict_span_sides: str = field(
+        default="both",
+        metadata={
+            "help": "Which conflict spans the correction acts on (Sec. 5.1): 'both' (the paper: the leading and the "
+            "trailing span), or 'forward' / 'backward' alone (ablations).",
+            "choices": list(SPAN_SIDES),
         },
     )
     conflict_combine: str = field(
@@ -288,6 +303,8 @@ class GTPOConfig(GRPOConfig):
         if not isinstance(self.conflict_correction, bool):
             raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
         _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)
+        _check_number("conflict_negative_weight", self.conflict_negative_weight, minimum=0.0)
+        _check_choice("conflict_span_sides", self.conflict_span_sides, SPAN_SIDES)
         check_entropy_threshold(self.entropy_threshold, "GTPOConfig.entropy_threshold")
         _check_number("entropy_gamma", self.entropy_gamma, minimum=0.0)
         if self.initial_entropy is not None:

@@ -84,6 +84,8 @@ def loss_settings(trainer) -> core.LossSettings:
     normaliser = core.registry.normaliser_of(args.core_aggregation)
     return core.LossSettings(
         positive_weight=args.conflict_positive_weight,
+        negative_weight=args.conflict_negative_weight,
+        span_sides=args.conflict_span_sides,
         combine=args.conflict_combine,
         entropy_filter=args.entropy_filter,
         entropy_threshold=args.entropy_threshold,
