@@ -205,7 +205,7 @@ class CompletionRecorder:
                     columns["prompt"], columns["completion"], rewards, columns["advantage"], step,
                     trainer.num_completions_to_print,
                 )  # fmt: skip
-        from trl.trainer import grpo_trainer as trl_grpo  # wandb, trackio and pandas as TRL imported them
+        from gtpo.trainer.trl_adapter import trl_grpo  # wandb, trackio and pandas as TRL imported them
 
         report_to = args.report_to or []
         wandb, trackio = getattr(trl_grpo, "wandb", None), getattr(trl_grpo, "trackio", None)

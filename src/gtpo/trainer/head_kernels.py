@@ -17,7 +17,7 @@ Without Triton these names exist but are plain functions that are never called (
 
 from __future__ import annotations
 
-from trl.kernels import chunked_logprob as trl_kernel
+from gtpo.trainer.trl_adapter import trl_kernel
 
 # triton.language as TRL imports it where Triton is installed (it ships with CUDA torch, not with the CPU wheel, so
 # gtpo does not import it itself); None elsewhere, where nothing below is compiled or called.

@@ -30,11 +30,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from trl.kernels import chunked_logprob as trl_kernel
-from trl.trainer import utils as trl_utils
 
 from gtpo import core
 from gtpo.trainer import head_kernels
+from gtpo.trainer.trl_adapter import trl_kernel, trl_utils
 
 # TRL's tile sizes, read from TRL so that both heads tile alike: vocabulary columns per tile on the torch path
 # (trl/trainer/utils.py), token rows per tile in the Triton kernels (trl/kernels/chunked_logprob.py).

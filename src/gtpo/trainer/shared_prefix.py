@@ -25,9 +25,9 @@ import logging
 from dataclasses import dataclass
 
 import torch
-import trl.trainer.utils as trl_utils
 
 from gtpo.trainer import untempered
+from gtpo.trainer.trl_adapter import trl_utils
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
-import trl.trainer.utils as trl_utils
 
 from gtpo.trainer import lm_head
+from gtpo.trainer.trl_adapter import trl_utils
 
 # The module global TRL's fused forward looks up at call time (trl/trainer/utils.py, `_fused_forward`).
 KERNEL_NAME = "_ChunkedLogProbFunction"

@@ -1,0 +1,82 @@
+"""TRL behind one adapter (gtpo.trainer.trl_adapter): every private TRL name gtpo relies on is checked when gtpo's
+trainer is imported, and a TRL that lacks one (or changed a hook's parameters) fails in one line naming it and the
+supported versions. Stand-in modules and classes, each missing one piece, play the TRL outside the pin."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+from trl import GRPOTrainer
+
+from gtpo.trainer import trl_adapter
+
+PIECES = [(module, name) for module, names in trl_adapter.PRIVATE_NAMES.items() for name in names]
+
+
+def test_the_installed_trl_has_every_piece():
+    assert trl_adapter.problem() is None
+
+
+@pytest.mark.parametrize("module, name", PIECES, ids=[f"{m}.{n}" for m, n in PIECES])
+def test_a_trl_without_one_private_name_fails_in_one_line_naming_it(module, name):
+    modules = trl_adapter._modules()
+    stand_in = SimpleNamespace(**{k: v for k, v in vars(modules[module]).items() if k != name})
+    modules[module] = stand_in
+    with pytest.raises(ImportError) as caught:
+        trl_adapter.check(modules, version="9.9.9")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("gtpo needs trl==1.16.*: in the installed trl 9.9.9,")
+    assert f"{module}.{name} is missing" in message
+
+
+@pytest.mark.parametrize("hook", sorted(trl_adapter.HOOKS))
+def test_a_trl_whose_hook_is_missing_or_changed_fails_in_one_line(hook):
+    missing = type("StandIn", (GRPOTrainer,), {})
+    missing_attr = SimpleNamespace(**{h: getattr(GRPOTrainer, h) for h in trl_adapter.HOOKS if h != hook})
+    assert trl_adapter.problem(trainer_class=missing) is None  # a subclass inherits every hook
+    assert trl_adapter.problem(trainer_class=missing_attr) == f"GRPOTrainer.{hook} is missing"
+
+    def changed(self, something_else):  # the same name, other parameters
+        return None
+
+    altered = type("Altered", (GRPOTrainer,), {hook: changed})
+    with pytest.raises(ImportError, match=rf"GRPOTrainer\.{hook}\(self, something_else\) is not \("):
+        trl_adapter.check(trainer_class=altered)
+
+
+def test_gtpo_trainer_overrides_the_hooks_with_trls_parameters():
+    """Each hook GTPOTrainer overrides takes exactly TRL's parameters (what the adapter checks TRL has)."""
+    from gtpo import GTPOTrainer
+
+    for hook in trl_adapter.HOOKS:
+        if hook in vars(GTPOTrainer):
+            ours = list(inspect.signature(getattr(GTPOTrainer, hook)).parameters)
+            assert ours == list(inspect.signature(getattr(GRPOTrainer, hook)).parameters), hook
+
+
+def test_private_trl_modules_are_imported_only_by_the_adapter():
+    """The modules holding TRL's private names (its kernels, the trainer utils, the trainer module) are imported by
+    the adapter alone; the rest of gtpo takes them from it."""
+    import ast
+    from pathlib import Path
+
+    private = {"trl.kernels.chunked_logprob", "trl.kernels", "trl.trainer.grpo_trainer"}
+    offenders = []
+    for path in Path(trl_adapter.__file__).parents[1].rglob("*.py"):
+        if path.name == "trl_adapter.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            # the utils module as an object (to read or patch its private names) is the adapter's; its public
+            # functions (`from trl.trainer.utils import pad`) may be imported anywhere
+            whole_utils = "trl.trainer.utils" in names and getattr(node, "module", None) != "trl.trainer.utils"
+            if whole_utils or any(n in private for n in names):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
