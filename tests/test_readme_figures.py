@@ -5,23 +5,17 @@ that changes the files, or an edit of the page's numbers, fails here instead of 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import load_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _figures_module():
-    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "scripts" / "readme_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FIGURES = _figures_module()
+FIGURES = load_script("readme_figures")
 
 
 @pytest.mark.parametrize("block", FIGURES.blocks(), ids=["training", "initial_entropy", "held_out"])

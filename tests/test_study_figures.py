@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import load_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
 SUMMARY = json.loads((STUDY / "summary.json").read_text())
@@ -230,12 +232,7 @@ def _steps(metrics: Path) -> list[dict]:
 
 
 def _analysis():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("analyze_preregistered", ROOT / "scripts/analyze_preregistered.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("analyze_preregistered")
 
 
 def test_the_steps_without_reward_signal_the_document_states():

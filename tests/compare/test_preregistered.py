@@ -5,7 +5,6 @@ pre-registrations quote."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from fractions import Fraction
@@ -13,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import load_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("analyze_preregistered", ROOT / "scripts" / "analyze_preregistered.py")
-analysis = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(analysis)
+analysis = load_script("analyze_preregistered")
 
 
 def _run(study: Path, arm: str, seed: int, clipped: list[float], status: str = "finished", eval_pass1=None) -> None:

@@ -27,3 +27,14 @@ def tiny_train_args(model: str) -> list[str]:
         "--max_steps", "2", "--num_generations", "2", "--per_device_train_batch_size", "2",
         "--max_completion_length", "6", "--initial_entropy_prompts", "2", "--num_examples", "8",
     ]  # fmt: skip
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the repository's scripts are not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

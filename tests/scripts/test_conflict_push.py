@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import load_script  # noqa: E402
 from gtpo.runs import completions as records
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("conflict_push", ROOT / "scripts" / "conflict_push.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("conflict_push")
 
 
 def test_push_is_the_lambda_weighted_advantage_on_the_forward_spans(tmp_path, capsys):

@@ -8,6 +8,7 @@ import pytest
 from transformers import TrainerCallback as TrainerCallbackBase
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
+from cli_helpers import load_script  # noqa: E402
 from gtpo.trainer.callbacks import CollapseMonitor, CollapseRule, CollapseWarningCallback
 
 FMT = "rewards/format_reward/mean"
@@ -156,13 +157,7 @@ def test_gtpo_train_bad_collapse_warning_is_one_line(capsys):
 
 
 def _replay_script():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "replay_collapse.py"
-    spec = importlib.util.spec_from_file_location("replay_collapse", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("replay_collapse")
 
 
 def test_replay_script_measures_lead_time_and_false_alarms(tmp_path, capsys):
