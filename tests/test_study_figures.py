@@ -598,3 +598,28 @@ def test_study_d_held_out_length_and_post_hoc_figures():
     grpo_steps = sorted(first[("grpo", s)] for s in lacking)
     assert f"GTPO found the format in five of them (steps {gtpo_steps[0]}–{gtpo_steps[-1]})" in section
     assert f"GRPO in all six (steps {grpo_steps[0]}–{grpo_steps[-1]})" in section
+
+
+def test_the_entropy_of_each_stalled_gtpo_run_against_its_grpo_twin_is_the_metrics_files():
+    """The corrected reading of C's stall: each stalled GTPO run's step-10 completion entropy against its GRPO twin's,
+    as the study document states them, recomputed from the committed metrics.jsonl (the last row of step 10)."""
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+
+    def entropy(study: str, arm: str, seed: int) -> float:
+        rows = _steps(ROOT / "studies" / study / "runs" / arm / f"seed{seed}" / "metrics.jsonl")
+        return [r for r in rows if r["step"] == 10][-1]["entropy"]
+
+    pairs = {}
+    for study, seeds in (
+        ("smollm2-synthetic-lr1e-3-c", (100, 104, 105, 108, 110)),
+        ("smollm2-synthetic-lr2e-4-d", (105,)),
+    ):
+        for seed in seeds:
+            pairs[(study[-1], seed)] = (entropy(study, "gtpo", seed), entropy(study, "grpo", seed))
+    for key in (("c", 100), ("c", 108), ("c", 110), ("c", 105), ("d", 105)):
+        gtpo, grpo = pairs[key]
+        assert f"{gtpo:.3f} against {grpo:.3f}" in doc, key
+    assert f"({pairs[('c', 104)][0]:.3f}, {pairs[('c', 104)][1]:.3f})" in doc
+    lower = sorted(s for (study, s), (g, r) in pairs.items() if study == "c" and g < r - 0.05)
+    higher = sorted(s for (study, s), (g, r) in pairs.items() if g > r + 0.05)
+    assert lower == [100, 108, 110] and higher == [105, 105]
