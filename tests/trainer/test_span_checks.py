@@ -14,7 +14,7 @@ from gtpo.trainer.trainer import GTPOTrainer
 
 
 class _OneProcess:
-    """The accelerator calls `_local_conflict_spans` makes, on one process."""
+    """The accelerator calls `_gathered_spans` makes, on one process."""
 
     process_index = 0
 
@@ -53,17 +53,18 @@ def test_first_batch_of_each_mode_is_checked_later_ones_are_not(monkeypatch):
     trainer = _fake_trainer()
     good = torch.ones(2, 3, dtype=torch.int64)
     for _ in range(3):
-        forward, backward = GTPOTrainer._local_conflict_spans(trainer, _output(good))
+        gathered = GTPOTrainer._gathered_spans(trainer, _output(good))
+        forward, backward = gathered["forward"], gathered["backward"]
     assert len(calls) == 1  # train mode: its first batch only
     # The spans themselves are the checked call's: token 5 leads and 9 ends both rows (hand-derived).
     assert forward.int().tolist() == [[1, 0, 0], [1, 0, 0]] and backward.int().tolist() == [[0, 0, 1], [0, 0, 1]]
     trainer.model.training = False
-    GTPOTrainer._local_conflict_spans(trainer, _output(good))
-    GTPOTrainer._local_conflict_spans(trainer, _output(good))
+    GTPOTrainer._gathered_spans(trainer, _output(good))
+    GTPOTrainer._gathered_spans(trainer, _output(good))
     assert len(calls) == 2  # eval mode has its own first batch (its own group size)
 
 
 def test_a_left_padded_first_batch_is_refused():
     left_padded = torch.tensor([[0, 1, 1], [1, 1, 1]])
     with pytest.raises(ValueError, match="right-padded"):
-        GTPOTrainer._local_conflict_spans(_fake_trainer(), _output(left_padded))
+        GTPOTrainer._gathered_spans(_fake_trainer(), _output(left_padded))
