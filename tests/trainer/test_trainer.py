@@ -183,6 +183,10 @@ def test_every_gtpo_field_is_documented_with_help():
         "print_completions",
         "conflict_negative_weight",
         "conflict_span_sides",
+        "conflict_count",
+        "entropy_clamp",
+        "logprob_temperature",
+        "authors_code",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:

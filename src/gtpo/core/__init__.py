@@ -25,6 +25,7 @@ _EXPORTS = {
     "ENTROPY_FILTERS": "entropy",
     "ENTROPY_TERMS": "entropy",
     "EntropyFilter": "entropy",
+    "clamped_entropy_terms": "entropy",
     "entropy_keep_mask": "entropy",
     "fold_logits": "entropy",
     "mean_completion_entropy": "entropy",
@@ -42,6 +43,7 @@ _EXPORTS = {
     "LN2": "paper",
     "COMBINE_MODES": "spans",
     "SPAN_SIDES": "spans",
+    "CONFLICT_COUNTS": "spans",
     "conflict_spans": "spans",
     "conflict_weights": "spans",
 }

@@ -112,6 +112,27 @@ def statistics_entropy(stats: list[Tensor], inv_t: float | None = None) -> Tenso
     return m * inv_t + torch.log(stats[3]) - inv_t * stats[4] / stats[3]
 
 
+def clamped_entropy_terms(z: Tensor, log_normaliser: Tensor, clamp: float) -> Tensor:
+    """One vocabulary tile's share of the entropy with p clamped inside the log, −Σ_v p_v·ln max(p_v, clamp): what the
+    authors' released code computes (``torch.clamp(probs, min=1e-6)`` in the log), a lower value than H wherever
+    p_v < clamp. Summed over the tiles of a row it is that row's clamped entropy.
+
+    Args:
+        z: (n, c) float32 logits of one tile; log_normaliser: (n,) the rows' log Σ_v e^{z_v} over the whole vocabulary.
+        clamp: the floor of p inside the log (1e-6 in the authors' code).
+
+    Returns:
+        (n,) float32.
+
+    >>> z = torch.log(torch.tensor([[0.5, 0.5 - 1e-8, 1e-8]]))
+    >>> lse = torch.logsumexp(z, dim=-1)
+    >>> round(clamped_entropy_terms(z, lse, 1e-6).item(), 6)  # ln 2 less 1e-8·(ln 1e-6 − ln 1e-8): 0.693147
+    0.693147
+    """
+    p = torch.exp(z - log_normaliser.unsqueeze(-1))  # (n, c)
+    return -(p * torch.log(p.clamp(min=clamp))).sum(dim=-1)  # (n,)
+
+
 def _rowdot(a: Tensor, b: Tensor) -> Tensor:
     """Σ_j a_ij b_ij per row, (n, V) × (n, V) -> (n,), as one batched dot (no (n, V) temporary)."""
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(-1)

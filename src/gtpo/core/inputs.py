@@ -65,6 +65,8 @@ class LossSettings:
         positive_weight, combine: λ's settings (Eq. 5; `conflict_weights`).
         negative_weight, span_sides: λ of a negative completion's span tokens (the paper's 0) and which spans
             (`SPAN_SIDES`: the paper's ``both``); both for ablations.
+        conflict_count: how the ``reference`` aggregation counts a completion's conflict positions
+            (`CONFLICT_COUNTS`: ``union``, or the authors' code's ``max``).
         entropy_filter, entropy_threshold, initial_entropy: δ's settings (Eq. 6; `entropy_keep_mask`).
         gamma, entropy_term: the entropy penalty's weight γ and how it enters (Eq. 7; `ENTROPY_TERMS`).
         aggregation: a normaliser or loss type of `gtpo.core.registry` (how token losses are reduced).
@@ -82,6 +84,7 @@ class LossSettings:
     combine: str = "union"
     negative_weight: float = paper.NEGATIVE_WEIGHT
     span_sides: str = "both"
+    conflict_count: str = "union"
     entropy_filter: str = "auto"
     entropy_threshold: float = paper.ENTROPY_THRESHOLD
     initial_entropy: float | Tensor | None = None

@@ -19,7 +19,7 @@ from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
-from gtpo.core.spans import COMBINE_MODES, SPAN_SIDES
+from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -141,6 +141,7 @@ def gtpo_loss(
     lookup(ENTROPY_FILTERS, settings.entropy_filter, "entropy_filter mode")
     combine_fn = lookup(COMBINE_MODES, settings.combine, "combine mode")
     sides = lookup(SPAN_SIDES, settings.span_sides, "span_sides")
+    count = lookup(CONFLICT_COUNTS, settings.conflict_count, "conflict_count")
     aggregate = lookup(AGGREGATIONS, settings.aggregation, "aggregation")
     check_loss_options(inputs, settings)
     valid, normalizer = check_loss_inputs(inputs, settings)  # (N, T) bool; the one host sync of the call
@@ -152,7 +153,7 @@ def gtpo_loss(
     signs = terms.signs.float()  # (N,)
     lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # (N, T) Eq. 5
     token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)
-    loss = aggregate(token_loss, valid, (fw | bw).sum(dim=-1), normalizer)  # ()
+    loss = aggregate(token_loss, valid, count(fw, bw), normalizer)  # (), `reference` divides by the count
     mean_h = terms.mean_entropy
     if settings.entropy_term == "differentiable" and mean_h is not None and settings.gamma != 0:
         loss = loss + settings.gamma * mean_h.sum() / max(valid.shape[0], 1)  # () minimizing ⟨H⟩ (−γ⟨H⟩_i in J)

@@ -141,6 +141,14 @@ SPAN_SIDES: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = {
 }
 """Which conflict spans the correction acts on: ``both`` (the paper), or one side alone (ablations)."""
 
+CONFLICT_COUNTS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "union": lambda forward, backward: (forward | backward).sum(dim=-1),  # |M^fw ∪ M^bw|, each position once
+    # The authors' Listing 2 ORs the forward mask with the backward mask while the latter is still reversed, so the
+    # two spans overlap from position 0 on: max(|M^fw|, |M^bw|). A bug, reproduced only by `authors_code`.
+    "max": lambda forward, backward: torch.maximum(forward.sum(dim=-1), backward.sum(dim=-1)),
+}
+"""How many conflict positions a completion has, (N, T) spans -> (N,): the ``reference`` aggregation's divisor."""
+
 
 def conflict_weights(
     forward: Tensor,

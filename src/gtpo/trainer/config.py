@@ -26,19 +26,28 @@ GTPO's λ, δ and γ (`delta`, `top_entropy_quantile`, `importance_sampling_leve
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from gtpo.core import paper, registry
-from gtpo.core.checks import check_entropy_threshold
+from gtpo.core import paper
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS
-from gtpo.core.spans import COMBINE_MODES, SPAN_SIDES
+from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
+from gtpo.trainer import config_checks
+from gtpo.trainer.config_checks import AGGREGATIONS, ALGORITHMS, ENTROPY_TEMPERATURES, LOGPROB_TEMPERATURES
 
-ALGORITHMS = ("gtpo", "grpo")
-AGGREGATIONS = ("sequence", "reference")
-ENTROPY_TEMPERATURES = ("model", "sampling")
+# What `authors_code` sets: the released code's arithmetic (its listings, TRL 0.15's sampling temperature).
+AUTHORS_CODE = {
+    "conflict_combine": "product",
+    "entropy_filter": "always",
+    "entropy_threshold": 0.7,
+    "gtpo_aggregation": "reference",
+    "scale_rewards": "none",
+    "conflict_count": "max",
+    "entropy_clamp": 1e-6,
+    "logprob_temperature": "model",
+    "temperature": 0.9,
+}
 
 logger = logging.getLogger(__name__)
 
@@ -52,19 +61,6 @@ def accelerator_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"GTPOConfig.{name}={value!r} is not valid; choose one of {list(choices)}.")
-
-
-def _check_number(name: str, value, *, minimum: float, strict: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > minimum if strict else value >= minimum)
-    if not ok:
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise ValueError(f"GTPOConfig.{name}={value!r} must be a finite number {bound}.")
-
-
 @dataclass
 class GTPOConfig(GRPOConfig):
     """Configuration for `GTPOTrainer`: every `GRPOConfig` field plus GTPO's own (listed below).
@@ -75,8 +71,9 @@ class GTPOConfig(GRPOConfig):
     - conflict correction only: `entropy_filter="never"`, `entropy_gamma=0.0`;
     - entropy terms only (GRPO + filter + γ): `conflict_correction=False`;
     - OnlyNeg filtering (appendix 13): `entropy_filter="negative_only"`;
-    - the authors' released code: `conflict_combine="product"`, `entropy_filter="always"`,
-      `entropy_threshold=0.7`, `gtpo_aggregation="reference"`, `scale_rewards="none"`;
+    - the authors' released code, bugs included: `authors_code=True` (`conflict_combine="product"`,
+      `entropy_filter="always"`, `entropy_threshold=0.7`, `gtpo_aggregation="reference"`, `scale_rewards="none"`, and
+      `conflict_count="max"`, `entropy_clamp=1e-6`, `logprob_temperature="model"` with `temperature=0.9`);
     - GRPO baseline: `algorithm="grpo"` (TRL's loss, `beta` as set).
     """
 
@@ -242,6 +239,43 @@ class GTPOConfig(GRPOConfig):
         },
     )
 
+    conflict_count: str = field(
+        default="union",
+        metadata={
+            "help": "How gtpo_aggregation='reference' counts a completion's conflict positions: 'union' "
+            "(|M^fw ∪ M^bw|) or 'max' (max(|M^fw|, |M^bw|): the authors' code ORs the forward mask with the still "
+            "reversed backward one, a bug that authors_code reproduces).",
+            "choices": list(CONFLICT_COUNTS),
+        },
+    )
+    entropy_clamp: float | None = field(
+        default=None,
+        metadata={
+            "help": "Clamp p at this floor inside the log of the entropy, H = −Σ p ln max(p, clamp), as the authors' "
+            "code does (1e-6); None (default): the exact H. Computed in two extra passes over the LM head."
+        },
+    )
+    logprob_temperature: str = field(
+        default="sampling",
+        metadata={
+            "help": "The distribution whose log-probabilities the loss differentiates: 'sampling' (default, TRL's: "
+            "logits / temperature, the policy that sampled) or 'model' (temperature 1 whatever the sampling "
+            "temperature: what the authors' code does while sampling at TRL 0.15's 0.9, a mismatch that "
+            "authors_code reproduces). 'model' needs on-policy steps (no old or reference log-probs).",
+            "choices": list(LOGPROB_TEMPERATURES),
+        },
+    )
+    authors_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Reproduce the arithmetic of the authors' released code, bugs included (docs/core.md): "
+            "conflict_combine='product', entropy_filter='always', entropy_threshold=0.7, "
+            "gtpo_aggregation='reference', scale_rewards='none', and three bugs: conflict_count='max' (a divisor "
+            "of max(|M^fw|, |M^bw|)), entropy_clamp=1e-6 and logprob_temperature='model' with temperature=0.9 "
+            "(log-probs at temperature 1 while sampling at 0.9). Overrides those fields."
+        },
+    )
+
     use_prefix_sharing: bool = field(
         default=True,
         metadata={
@@ -270,8 +304,13 @@ class GTPOConfig(GRPOConfig):
         # Resolved before TRL's __post_init__, which would set it to True whatever the device.
         if self.bf16 is None:
             self.bf16 = bool(not self.fp16 and not self.use_cpu and accelerator_available())
-        self._validate_gtpo()
+        if self.authors_code is True:
+            for name, value in AUTHORS_CODE.items():
+                setattr(self, name, value)
+        config_checks.validate_gtpo(self)
         super().__post_init__()
+        if self.gtpo_enabled and self.logprob_temperature == "model":
+            config_checks.check_on_policy(self, "logprob_temperature='model'")
 
     @property
     def gtpo_enabled(self) -> bool:
@@ -292,91 +331,3 @@ class GTPOConfig(GRPOConfig):
     def untempered_entropy(self) -> bool:
         """True when GTPO's entropies must be recomputed at temperature 1 (TRL's are at `temperature`)."""
         return self.gtpo_enabled and self.entropy_temperature == "model" and self.temperature != 1.0
-
-    def _validate_gtpo(self) -> None:
-        _check_choice("algorithm", self.algorithm, ALGORITHMS)
-        _check_choice("conflict_combine", self.conflict_combine, COMBINE_MODES)
-        _check_choice("entropy_filter", self.entropy_filter, ENTROPY_FILTERS)
-        _check_choice("entropy_term", self.entropy_term, ENTROPY_TERMS)
-        _check_choice("gtpo_aggregation", self.gtpo_aggregation, AGGREGATIONS)
-        _check_choice("entropy_temperature", self.entropy_temperature, ENTROPY_TEMPERATURES)
-        if not isinstance(self.conflict_correction, bool):
-            raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {self.conflict_correction!r}.")
-        _check_number("conflict_positive_weight", self.conflict_positive_weight, minimum=0.0)
-        _check_number("conflict_negative_weight", self.conflict_negative_weight, minimum=0.0)
-        _check_choice("conflict_span_sides", self.conflict_span_sides, SPAN_SIDES)
-        check_entropy_threshold(self.entropy_threshold, "GTPOConfig.entropy_threshold")
-        _check_number("entropy_gamma", self.entropy_gamma, minimum=0.0)
-        if self.initial_entropy is not None:
-            _check_number("initial_entropy", self.initial_entropy, minimum=0.0)
-        if isinstance(self.initial_entropy_prompts, bool) or not isinstance(self.initial_entropy_prompts, int):
-            raise ValueError(
-                f"GTPOConfig.initial_entropy_prompts must be an integer >= 1, got {self.initial_entropy_prompts!r}."
-            )
-        if self.initial_entropy_prompts < 1:
-            raise ValueError(
-                f"GTPOConfig.initial_entropy_prompts must be >= 1, got {self.initial_entropy_prompts}: ⟨H⟩_ini is a "
-                "mean over that many training prompts."
-            )
-        cap = self.log_completions_max_groups
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(
-                f"GTPOConfig.log_completions_max_groups must be an integer >= 1 or None (all groups), got {cap!r}."
-            )
-        if self.num_generations is None or self.num_generations < 2:
-            raise ValueError(
-                f"num_generations={self.num_generations}: GTPO and GRPO need at least 2 completions per prompt, "
-                "since advantages (Eq. 8) and conflict tokens (Sec. 5.1) are defined within a group."
-            )
-        if not self.gtpo_enabled:
-            return  # algorithm='grpo': TRL's own options and checks apply unchanged.
-
-        if self.beta != 0.0:
-            logger.warning(
-                "beta=%s with algorithm='gtpo': GTPO plus TRL's KL term to a reference model, an ablation. The paper's "
-                "GTPO has no KL term (Eq. 7): its entropy filter and penalty replace it, and beta=0 loads no reference "
-                "model and runs no extra forward pass.",
-                self.beta,
-            )
-        # The loss types composed with GTPO's λ, δ and γ are the registry's (gtpo.core.registry, docs/core.md).
-        if self.loss_type not in registry.LOSS_TYPES:
-            raise ValueError(
-                f"loss_type={self.loss_type!r} with algorithm='gtpo': a TRL loss type gtpo does not know how to weight "
-                f"by λ yet; with algorithm='gtpo' choose one of {list(registry.LOSS_TYPES)}, or set algorithm='grpo'."
-            )
-        if self.loss_type != "grpo" and self.gtpo_aggregation != "sequence":
-            raise ValueError(
-                f"loss_type={self.loss_type!r} with gtpo_aggregation={self.gtpo_aggregation!r}: both choose the loss "
-                "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
-                f"loss_type={self.loss_type!r} with gtpo_aggregation='sequence'."
-            )
-        token_sum = registry.LOSS_TYPES[self.loss_type].token_sum  # normalized by the generation batch's tokens
-        if token_sum and self.entropy_term == "differentiable" and self.entropy_gamma:
-            raise ValueError(
-                f"loss_type={self.loss_type!r} with entropy_term='differentiable': it divides by the generation "
-                "batch's token count, not by accumulation steps, so a mean-entropy term added to each micro-batch's "
-                "loss would be counted steps_per_generation times over. Use entropy_term='advantage' (default) "
-                "or another loss_type."
-            )
-        if self.gtpo_aggregation == "reference" and self.entropy_term == "differentiable" and self.entropy_gamma:
-            raise ValueError(
-                "gtpo_aggregation='reference' with entropy_term='differentiable': the authors' aggregation sums "
-                "completions within each group, and a differentiable mean-entropy term on top of it would be weighted "
-                "by the micro-batch size. Use entropy_term='advantage' (as the authors' code) or "
-                "gtpo_aggregation='sequence'."
-            )
-        refused = {
-            "entropy_coef": (
-                self.entropy_coef != 0.0,
-                "TRL's entropy bonus −entropy_coef·H rewards entropy, the opposite of GTPO's penalty +γ⟨H⟩ (Eq. 7); "
-                "set entropy_coef=0.0 and tune entropy_gamma (γ) instead",
-            ),
-            "use_adaptive_entropy": (
-                bool(self.use_adaptive_entropy),
-                "it adapts TRL's entropy bonus (entropy_coef), which opposes GTPO's penalty; set it False and tune "
-                "entropy_gamma (γ) and entropy_threshold instead",
-            ),
-        }
-        for name, (is_set, why) in refused.items():
-            if is_set:
-                raise ValueError(f"{name}={getattr(self, name)!r} with algorithm='gtpo': {why}; or algorithm='grpo'.")

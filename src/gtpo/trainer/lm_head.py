@@ -97,6 +97,36 @@ def token_scores(
     return HeadScores(log_probs, entropy if differentiable_entropy else entropy.detach(), sampling_entropy)
 
 
+@torch.no_grad()
+def clamped_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    clamp: float,
+    *,
+    chunk_size: int = VOCAB_CHUNK,
+    softcap: float | None = None,
+    logit_scale: float = 1.0,
+) -> torch.Tensor:
+    """(N,) temperature-1 entropy with p clamped inside the log, −Σ_v p_v·ln max(p_v, clamp), as the authors' code
+    computes it (`core.entropy.clamped_entropy_terms`), without a gradient. Two more passes over the vocabulary tiles
+    (the row's log-normaliser, then the clamped sum): only `GTPOConfig.authors_code` asks for it."""
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    buffer = torch.empty((min(max(n_tokens, 1), TOKEN_CHUNK), chunk_size), device=hidden.device, dtype=hidden.dtype)
+    log_normaliser = torch.full((n_tokens,), -math.inf, device=hidden.device, dtype=torch.float32)
+    for token_start, token_end, start, end in _tiles(n_tokens, vocab, chunk_size):
+        z = _transform(_project(buffer, hidden[token_start:token_end], weight, bias, start, end, hidden.dtype),
+                       logit_scale, softcap)  # fmt: skip
+        rows = log_normaliser[token_start:token_end]
+        rows.copy_(torch.logaddexp(rows, torch.logsumexp(z, dim=-1)))
+    entropy = torch.zeros(n_tokens, device=hidden.device, dtype=torch.float32)
+    for token_start, token_end, start, end in _tiles(n_tokens, vocab, chunk_size):
+        z = _transform(_project(buffer, hidden[token_start:token_end], weight, bias, start, end, hidden.dtype),
+                       logit_scale, softcap)  # fmt: skip
+        entropy[token_start:token_end] += core.clamped_entropy_terms(z, log_normaliser[token_start:token_end], clamp)
+    return entropy
+
+
 def _transform_with_tanh(
     tile: torch.Tensor, logit_scale: float, softcap: float | None, keep_tanh: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -86,6 +86,7 @@ def loss_settings(trainer) -> core.LossSettings:
         positive_weight=args.conflict_positive_weight,
         negative_weight=args.conflict_negative_weight,
         span_sides=args.conflict_span_sides,
+        conflict_count=args.conflict_count,
         combine=args.conflict_combine,
         entropy_filter=args.entropy_filter,
         entropy_threshold=args.entropy_threshold,

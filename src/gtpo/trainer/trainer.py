@@ -300,7 +300,11 @@ class GTPOTrainer(GRPOTrainer):
         # single-pass head (gtpo.trainer.lm_head), else TRL's.
         differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
         scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
-        with untempered.untempered_entropy(args.untempered_entropy, differentiable, scored) as capture:
+        at_one = args.logprob_temperature == "model"  # authors_code: the loss's log-probs at temperature 1
+        replaced = args.untempered_entropy or at_one or args.entropy_clamp is not None
+        with untempered.untempered_entropy(
+            replaced, differentiable, scored, logprobs_at_one=at_one, entropy_clamp=args.entropy_clamp
+        ) as capture:
             per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
                 model,
                 input_ids,

@@ -38,9 +38,15 @@ class Capture:
 class EntropyKernel:
     """Stands in for `ChunkedLogProbFunction` (same `apply` signature); entropy output at temperature 1."""
 
-    def __init__(self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None):
+    def __init__(
+        self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None,
+        logprobs_at_one: bool = False, entropy_clamp: float | None = None,
+    ):  # fmt: skip
         self.kernel, self.capture, self.differentiable = kernel, capture, differentiable
         self.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
+        # GTPOConfig.logprob_temperature="model" and entropy_clamp (authors_code): log-probs at temperature 1 whatever
+        # the sampling temperature, and H with p clamped inside the log, as the authors' code computes them.
+        self.logprobs_at_one, self.entropy_clamp = logprobs_at_one, entropy_clamp
 
     def apply(
         self,
@@ -70,13 +76,19 @@ class EntropyKernel:
             weight,
             bias,
             targets,
-            temperature,
+            1.0 if self.logprobs_at_one else temperature,
             chunk_size=chunk_size,
             softcap=softcap,
             logit_scale=logit_scale,
             differentiable_entropy=self.differentiable and torch.is_grad_enabled(),
         )  # three (n,)
-        result = (scores.log_probs, scores.entropy, scores.sampling_entropy)
+        entropy = scores.entropy
+        if self.entropy_clamp is not None:  # no gradient: authors_code's entropy term is the detached shift
+            entropy = lm_head.clamped_entropy(
+                hidden, weight, bias, self.entropy_clamp, chunk_size=chunk_size, softcap=softcap,
+                logit_scale=logit_scale,
+            )  # fmt: skip
+        result = (scores.log_probs, entropy, scores.sampling_entropy)
         if keep is not None:
             result = tuple(x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)  # (N,)
         self.capture.sampling.append(result[2])
@@ -84,20 +96,30 @@ class EntropyKernel:
 
 
 @contextlib.contextmanager
-def untempered_entropy(enabled: bool = True, differentiable: bool = False, scored: torch.Tensor | None = None):
+def untempered_entropy(
+    enabled: bool = True,
+    differentiable: bool = False,
+    scored: torch.Tensor | None = None,
+    *,
+    logprobs_at_one: bool = False,
+    entropy_clamp: float | None = None,
+):
     """Within the block, TRL's fused LM head returns temperature-1 entropies (log-probs stay tempered).
 
     Yields a `Capture` whose `sampling` list receives the tempered entropy of each kernel call. With
     ``enabled=False`` nothing is patched (TRL's entropies, those of the sampling distribution).
     ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the head
-    skips the others where TRL's kernel runs over every position.
+    skips the others where TRL's kernel runs over every position. ``logprobs_at_one`` and ``entropy_clamp``:
+    `GTPOConfig.logprob_temperature="model"` and `entropy_clamp` (the authors' code's arithmetic).
     """
     capture = Capture()
     if not enabled:
         yield capture
         return
     original = getattr(trl_utils, KERNEL_NAME)
-    setattr(trl_utils, KERNEL_NAME, EntropyKernel(original, capture, differentiable, scored))
+    setattr(
+        trl_utils, KERNEL_NAME, EntropyKernel(original, capture, differentiable, scored, logprobs_at_one, entropy_clamp)
+    )
     try:
         yield capture
     finally:

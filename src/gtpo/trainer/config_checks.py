@@ -1,0 +1,143 @@
+"""`GTPOConfig`'s checks of its GTPO fields (and of the TRL options they combine with), one line per refusal."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from gtpo.core import registry
+from gtpo.core.checks import check_entropy_threshold
+from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS
+from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
+
+logger = logging.getLogger("gtpo.trainer.config")
+
+ALGORITHMS = ("gtpo", "grpo")
+AGGREGATIONS = ("sequence", "reference")  # gtpo_aggregation: with loss_type="grpo", Eq. 7's or the authors'
+ENTROPY_TEMPERATURES = ("model", "sampling")
+LOGPROB_TEMPERATURES = ("sampling", "model")
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"GTPOConfig.{name}={value!r} is not valid; choose one of {list(choices)}.")
+
+
+def _check_number(name: str, value, *, minimum: float, strict: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > minimum if strict else value >= minimum)
+    if not ok:
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise ValueError(f"GTPOConfig.{name}={value!r} must be a finite number {bound}.")
+
+
+def validate_gtpo(config) -> None:
+    """`GTPOConfig`'s GTPO fields, before TRL's own `__post_init__`: each bad value is one ValueError line."""
+    _check_choice("algorithm", config.algorithm, ALGORITHMS)
+    _check_choice("conflict_combine", config.conflict_combine, COMBINE_MODES)
+    _check_choice("entropy_filter", config.entropy_filter, ENTROPY_FILTERS)
+    _check_choice("entropy_term", config.entropy_term, ENTROPY_TERMS)
+    _check_choice("gtpo_aggregation", config.gtpo_aggregation, AGGREGATIONS)
+    _check_choice("entropy_temperature", config.entropy_temperature, ENTROPY_TEMPERATURES)
+    if not isinstance(config.conflict_correction, bool):
+        raise ValueError(f"GTPOConfig.conflict_correction must be True or False, got {config.conflict_correction!r}.")
+    _check_number("conflict_positive_weight", config.conflict_positive_weight, minimum=0.0)
+    _check_number("conflict_negative_weight", config.conflict_negative_weight, minimum=0.0)
+    _check_choice("conflict_span_sides", config.conflict_span_sides, SPAN_SIDES)
+    _check_choice("conflict_count", config.conflict_count, CONFLICT_COUNTS)
+    _check_choice("logprob_temperature", config.logprob_temperature, LOGPROB_TEMPERATURES)
+    if config.entropy_clamp is not None:
+        _check_number("entropy_clamp", config.entropy_clamp, minimum=0.0, strict=True)
+    if not isinstance(config.authors_code, bool):
+        raise ValueError(f"GTPOConfig.authors_code must be True or False, got {config.authors_code!r}.")
+    check_entropy_threshold(config.entropy_threshold, "GTPOConfig.entropy_threshold")
+    _check_number("entropy_gamma", config.entropy_gamma, minimum=0.0)
+    if config.initial_entropy is not None:
+        _check_number("initial_entropy", config.initial_entropy, minimum=0.0)
+    if isinstance(config.initial_entropy_prompts, bool) or not isinstance(config.initial_entropy_prompts, int):
+        raise ValueError(
+            f"GTPOConfig.initial_entropy_prompts must be an integer >= 1, got {config.initial_entropy_prompts!r}."
+        )
+    if config.initial_entropy_prompts < 1:
+        raise ValueError(
+            f"GTPOConfig.initial_entropy_prompts must be >= 1, got {config.initial_entropy_prompts}: ⟨H⟩_ini is a "
+            "mean over that many training prompts."
+        )
+    cap = config.log_completions_max_groups
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ValueError(
+            f"GTPOConfig.log_completions_max_groups must be an integer >= 1 or None (all groups), got {cap!r}."
+        )
+    if config.num_generations is None or config.num_generations < 2:
+        raise ValueError(
+            f"num_generations={config.num_generations}: GTPO and GRPO need at least 2 completions per prompt, "
+            "since advantages (Eq. 8) and conflict tokens (Sec. 5.1) are defined within a group."
+        )
+    if not config.gtpo_enabled:
+        return  # algorithm='grpo': TRL's own options and checks apply unchanged.
+
+    if config.beta != 0.0:
+        logger.warning(
+            "beta=%s with algorithm='gtpo': GTPO plus TRL's KL term to a reference model, an ablation. The paper's "
+            "GTPO has no KL term (Eq. 7): its entropy filter and penalty replace it, and beta=0 loads no reference "
+            "model and runs no extra forward pass.",
+            config.beta,
+        )
+    # The loss types composed with GTPO's λ, δ and γ are the registry's (gtpo.core.registry, docs/core.md).
+    if config.loss_type not in registry.LOSS_TYPES:
+        raise ValueError(
+            f"loss_type={config.loss_type!r} with algorithm='gtpo': a TRL loss type gtpo does not know how to weight "
+            f"by λ yet; with algorithm='gtpo' choose one of {list(registry.LOSS_TYPES)}, or set algorithm='grpo'."
+        )
+    if config.loss_type != "grpo" and config.gtpo_aggregation != "sequence":
+        raise ValueError(
+            f"loss_type={config.loss_type!r} with gtpo_aggregation={config.gtpo_aggregation!r}: both choose the loss "
+            "aggregation. Use loss_type='grpo' with gtpo_aggregation='reference' (authors' code), or "
+            f"loss_type={config.loss_type!r} with gtpo_aggregation='sequence'."
+        )
+    token_sum = registry.LOSS_TYPES[config.loss_type].token_sum  # normalized by the generation batch's tokens
+    if token_sum and config.entropy_term == "differentiable" and config.entropy_gamma:
+        raise ValueError(
+            f"loss_type={config.loss_type!r} with entropy_term='differentiable': it divides by the generation "
+            "batch's token count, not by accumulation steps, so a mean-entropy term added to each micro-batch's "
+            "loss would be counted steps_per_generation times over. Use entropy_term='advantage' (default) "
+            "or another loss_type."
+        )
+    if config.gtpo_aggregation == "reference" and config.entropy_term == "differentiable" and config.entropy_gamma:
+        raise ValueError(
+            "gtpo_aggregation='reference' with entropy_term='differentiable': the authors' aggregation sums "
+            "completions within each group, and a differentiable mean-entropy term on top of it would be weighted "
+            "by the micro-batch size. Use entropy_term='advantage' (as the authors' code) or "
+            "gtpo_aggregation='sequence'."
+        )
+    refused = {
+        "entropy_coef": (
+            config.entropy_coef != 0.0,
+            "TRL's entropy bonus −entropy_coef·H rewards entropy, the opposite of GTPO's penalty +γ⟨H⟩ (Eq. 7); "
+            "set entropy_coef=0.0 and tune entropy_gamma (γ) instead",
+        ),
+        "use_adaptive_entropy": (
+            bool(config.use_adaptive_entropy),
+            "it adapts TRL's entropy bonus (entropy_coef), which opposes GTPO's penalty; set it False and tune "
+            "entropy_gamma (γ) and entropy_threshold instead",
+        ),
+    }
+    for name, (is_set, why) in refused.items():
+        if is_set:
+            raise ValueError(f"{name}={getattr(config, name)!r} with algorithm='gtpo': {why}; or algorithm='grpo'.")
+
+
+def check_on_policy(config, setting: str) -> None:
+    """Log-probs at temperature 1 replace TRL's in the loss only: any other log-prob TRL computes (old ones for
+    the ratio, the reference model's, vLLM's correction) would stay tempered, so those settings are refused."""
+    generate_every = config.steps_per_generation * config.num_iterations
+    if config.gradient_accumulation_steps % generate_every != 0:
+        raise ValueError(
+            f"{setting} needs on-policy steps: gradient_accumulation_steps={config.gradient_accumulation_steps} is "
+            f"not a multiple of steps_per_generation × num_iterations = {generate_every}, so TRL would compute "
+            "old log-probs at the sampling temperature; use num_iterations=1 and the default steps_per_generation"
+        )
+    if config.use_vllm and config.vllm_importance_sampling_correction:
+        raise ValueError(f"{setting} with vLLM's importance sampling correction: set it False, or use_vllm=False")
+    if config.beta != 0.0:
+        raise ValueError(f"{setting} with beta={config.beta}: the reference log-probs would stay tempered; beta=0")
