@@ -206,3 +206,20 @@ def test_refused_values_and_what_the_user_typed_stay_one_line(capsys):
     assert cli.main(["train", "--no_such_flag", "1"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_reader_that_closes_the_pipe_is_not_reported_as_a_bug(tmp_path):
+    """`gtpo ... | head`: when stdout's reader goes away the command ends quietly (exit 141, as `head`'s writers do),
+    not with a traceback and a bug-report line. A real pipe whose reader closes after the first line."""
+    import subprocess
+
+    from cli_helpers import gtpo_command
+
+    process = subprocess.Popen(
+        [*gtpo_command(), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, bufsize=0
+    )
+    process.stdout.read(1)
+    process.stdout.close()  # the reader goes away while gtpo still has lines to write
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=120)
+    assert "bug in gtpo" not in stderr and "Traceback" not in stderr

@@ -122,6 +122,19 @@ def _run_record(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `gtpo` command: its exit status (0 done, 2 the user's input, 1 a bug, 130 interrupted, 141 stdout closed)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not in the interpreter's flush at exit
+        return status
+    except BrokenPipeError:
+        # The reader of stdout went away (`gtpo inspect ... | head`): not an error of gtpo's. Point stdout at
+        # /dev/null so that Python's own flush at exit does not raise again, and exit as `head`'s writers do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     # Before torch loads OpenMP: its threads spin while they wait, which on a small or shared machine
     # makes CPU training many times slower (SmolLM2 generating 8 x 48 tokens with 2 threads on 2 cores:
     # 27-81 s with the default policy, 3.4-5 s with PASSIVE, load averages 0.8-5). A user's setting wins.
