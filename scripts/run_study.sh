@@ -7,6 +7,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-c   # study C (pre-registered): runaways at lr 1e-3, 2 arms x 12 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
+#   scripts/run_study.sh smollm2-synthetic-lr1e-3-ablations   # exploratory: the correction's parts, 7 arms x 5 seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -17,7 +18,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -76,6 +77,22 @@ case $name in
               --seeds 200 201 202 203 204 205 206 207 208 209 210 211 212 213 214 215
                       216 217 218 219 220 221 222 223 224 225 226 227 228 229 230 231
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype "$dtype_cd") ;;
+    smollm2-synthetic-lr1e-3-ablations)
+        # Exploratory (issue 38, item 3; no registration): which part of the conflict correction makes GTPO stall on
+        # the partial format credit? Study C's five stalled seeds at its settings (lr 1e-3, 15 steps), GTPO as shipped
+        # (the control: its first steps must match C's) against one flag each: the leading span only, the trailing
+        # span only, no doubling, doubling without protecting negatives, protection without promotion (λ 0 for both
+        # signs inside the spans), and the authors' released arithmetic (authors_code).
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:'
+              --variant 'forward-only:--conflict_span_sides forward'
+              --variant 'backward-only:--conflict_span_sides backward'
+              --variant 'no-doubling:--conflict_positive_weight 1'
+              --variant 'no-protection:--conflict_negative_weight 1'
+              --variant 'protect-only:--conflict_positive_weight 0'
+              --variant 'authors-code:--authors_code true'
+              --seeds 100 104 105 108 110
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac

@@ -209,3 +209,50 @@ def test_run_study_runs_the_preregistered_studies_as_registered(name):
         assert evaluation[:7] == ["--eval", "--eval-n", "8", "--eval-limit", "100", "--eval-batch-size", "200"]
         assert evaluation[7:] == ["--eval-dtype", "float32"] and int(evaluation[6]) % 8 == 0
         assert "--eval-batch-size 200 --eval-dtype float32" in text
+
+
+def test_the_ablation_study_runs_c_stalled_seeds_with_one_flag_each(tmp_path):
+    """The exploratory ablations (issue 38, item 3): study C's stalled GTPO seeds (as the registered stall rule finds
+    them in C's committed runs) at C's learning rate for 15 steps, GTPO as shipped plus one arm per flag; each arm's
+    flags build a GTPOConfig, and each sets the λ it is named for (λ of Eq. 5 on a hand-built group)."""
+    import torch
+
+    from cli_helpers import load_script
+    from gtpo import GTPOConfig
+    from gtpo.core import conflict_weights
+
+    words = _study_arguments("smollm2-synthetic-lr1e-3-ablations")
+    seeds = [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]]
+    c = load_script("analyze_preregistered").study_e(
+        ROOT / "studies" / "smollm2-synthetic-lr1e-3-c", arms=("gtpo", "grpo")
+    )
+    assert seeds == c["stalled"]["gtpo"]
+    common = words[words.index("--") + 1 :]
+    assert common == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "float32"]
+    variants = dict(v.partition(":")[::2] for v in (words[i + 1] for i, w in enumerate(words) if w == "--variant"))
+    assert variants["gtpo"] == "" and len(variants) == 7
+    fw = torch.tensor([[True, False, False], [True, False, False]])
+    bw = torch.tensor([[False, False, True], [False, False, True]])
+    adv = torch.tensor([1.0, -1.0])
+    expected = {
+        "gtpo": [[2, 1, 2], [0, 1, 0]],
+        "forward-only": [[2, 1, 1], [0, 1, 1]],
+        "backward-only": [[1, 1, 2], [1, 1, 0]],
+        "no-doubling": [[1, 1, 1], [0, 1, 0]],
+        "no-protection": [[2, 1, 2], [1, 1, 1]],
+        "protect-only": [[0, 1, 0], [0, 1, 0]],
+    }
+    for name, flags in variants.items():
+        pairs = dict(zip(flags.split()[::2], flags.split()[1::2], strict=True))
+        kwargs = {key.removeprefix("--"): value for key, value in pairs.items()}
+        typed = {k: (v == "true") if v in ("true", "false") else (float(v) if k.endswith("weight") else v)
+                 for k, v in kwargs.items()}  # fmt: skip
+        config = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **typed)
+        if name == "authors-code":
+            assert config.authors_code and config.conflict_count == "max"
+            continue
+        lam = conflict_weights(
+            fw, bw, adv, config.conflict_positive_weight, negative_weight=config.conflict_negative_weight,
+            sides=config.conflict_span_sides,
+        )  # fmt: skip
+        assert lam.tolist() == [[float(x) for x in row] for row in expected[name]], name
