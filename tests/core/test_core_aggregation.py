@@ -58,7 +58,7 @@ def test_aggregation_with_unit_weights_equals_trls_formula_in_value_and_gradient
         old_per_token_logps=old,
         entropy_filter="never",
         gamma=0.0,
-        aggregation=aggregation,
+        gtpo_aggregation=aggregation,
         epsilon_low=EPS_LOW,
         epsilon_high=EPS_HIGH,
         **kwargs_for(aggregation, mask),
@@ -94,7 +94,7 @@ def test_aggregation_composes_with_lambda_filter_and_entropy_shift_only_the_norm
         token_entropy=h,
         entropy_filter="always",
         gamma=0.3,
-        aggregation=aggregation,
+        gtpo_aggregation=aggregation,
         **kwargs_for(aggregation, mask),
     )
     ref_logps = logps.detach().clone().requires_grad_()
@@ -121,7 +121,7 @@ def split_losses(aggregation, parts, logps, mask, adv, fw, bw, h, **extra):
                 token_entropy=h[rows],
                 entropy_filter="always",
                 gamma=0.1,
-                aggregation=aggregation,
+                gtpo_aggregation=aggregation,
                 **extra,
             )[0]
         )
@@ -176,20 +176,23 @@ def test_two_ranks_averaged_by_ddp_give_the_single_process_gradient(aggregation)
     "kwargs, message",
     [
         (
-            dict(aggregation="dr_grpo"),
-            "aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length",
+            dict(gtpo_aggregation="dr_grpo"),
+            "gtpo_aggregation='dr_grpo' divides by N × max_completion_length: pass max_completion_length",
         ),
-        (dict(aggregation="dr_grpo", max_completion_length=0), "got 0"),
-        (dict(aggregation="dapo"), "aggregation='dapo' divides by the valid tokens .* pass token_normalizer"),
-        (dict(aggregation="dapo", token_normalizer=torch.tensor(0.0)), "got 0.0"),
-        (dict(aggregation="dapo", token_normalizer=float("inf")), "got inf"),
-        (dict(aggregation="dapo", token_normalizer=torch.ones(2)), "shape \\(2,\\)"),
-        (dict(aggregation="bnpo", token_normalizer=3.0), "token_normalizer is used only by aggregation='dapo'"),
-        (dict(aggregation="sequence", max_completion_length=8), "used only by aggregation='dr_grpo'"),
+        (dict(gtpo_aggregation="dr_grpo", max_completion_length=0), "got 0"),
+        (dict(gtpo_aggregation="dapo"), "gtpo_aggregation='dapo' divides by the valid tokens .* pass token_normalizer"),
+        (dict(gtpo_aggregation="dapo", token_normalizer=torch.tensor(0.0)), "got 0.0"),
+        (dict(gtpo_aggregation="dapo", token_normalizer=float("inf")), "got inf"),
+        (dict(gtpo_aggregation="dapo", token_normalizer=torch.ones(2)), "shape \\(2,\\)"),
         (
-            dict(aggregation="token"),
-            "unknown aggregation 'token'; valid: bnpo, cispo, dapo, dr_grpo, grpo, luspo, reference, sapo, sequence, "
-            "vespo",
+            dict(gtpo_aggregation="bnpo", token_normalizer=3.0),
+            "token_normalizer is used only by gtpo_aggregation='dapo'",
+        ),
+        (dict(gtpo_aggregation="sequence", max_completion_length=8), "used only by gtpo_aggregation='dr_grpo'"),
+        (
+            dict(gtpo_aggregation="token"),
+            "unknown gtpo_aggregation 'token'; valid: bnpo, cispo, dapo, dr_grpo, grpo, luspo, reference, sapo, "
+            "sequence, vespo",
         ),
     ],
 )
@@ -268,7 +271,7 @@ def test_aggregation_with_unit_weights_equals_trls_own_compute_loss_after_its_ac
         old_per_token_logps=old,
         entropy_filter="never",
         gamma=0.0,
-        aggregation=aggregation,
+        gtpo_aggregation=aggregation,
         epsilon_low=EPS_LOW,
         epsilon_high=EPS_HIGH,
         **kwargs_for(aggregation, mask),

@@ -137,7 +137,7 @@ def test_loss_and_gradient_equal_grpo_without_conflicts_and_entropy_terms():
     no_conflict = torch.zeros(8, 7, dtype=torch.bool)
     for spans in (dict(), dict(forward_span=no_conflict, backward_span=no_conflict)):
         for aggregation in ("sequence", "reference"):  # without conflicts both reduce to GRPO × N
-            loss, _ = keyword_loss(logps(), mask, adv, aggregation=aggregation, **spans, **ENTROPY_OFF)
+            loss, _ = keyword_loss(logps(), mask, adv, gtpo_aggregation=aggregation, **spans, **ENTROPY_OFF)
             (grad,) = torch.autograd.grad(loss, weight)
             scale = 8 if aggregation == "reference" else 1
             torch.testing.assert_close(loss, expected * scale)
@@ -188,7 +188,9 @@ def test_reference_aggregation_divides_each_completion_by_its_conflict_count_the
     adv = torch.tensor([1.0, -0.5, 0.0, -0.5])
     fw, bw = conflict_spans(ids, mask, adv, 4)
     logps = torch.zeros(4, 3, requires_grad=True)
-    loss, _ = keyword_loss(logps, mask, adv, forward_span=fw, backward_span=bw, aggregation="reference", **ENTROPY_OFF)
+    loss, _ = keyword_loss(
+        logps, mask, adv, forward_span=fw, backward_span=bw, gtpo_aggregation="reference", **ENTROPY_OFF
+    )
     # Row 0: −(2+1+2)/3 / 2 conflicts; row 1: −(−0.5)(0+1+0)/3 / 2; row 2: 0; row 3: −(−0.5)(2/2) / max(0,1).
     expected = -(5 / 3) / 2 + (0.5 / 3) / 2 + 0.0 + 0.5
     torch.testing.assert_close(loss, torch.tensor(expected))
@@ -662,7 +664,7 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
             entropy_filter="auto",
             initial_entropy=0.5,
             entropy_term=term,
-            aggregation="reference",
+            gtpo_aggregation="reference",
         )
         loss.backward()
     loss, _ = keyword_loss(
@@ -671,7 +673,7 @@ def test_core_never_copies_tensors_to_the_host(monkeypatch):
         adv,
         token_entropy=ent.detach(),
         entropy_filter="never",
-        aggregation="dapo",
+        gtpo_aggregation="dapo",
         token_normalizer=mask.sum() / 2,
         group_size=6,
     )  # a tensor normalizer stays on device

@@ -260,7 +260,7 @@ def gamma_weights(logps, old, mask, advantages):
 
 def loss_type_kwargs(loss_type, mask, logps=None, old=None, a_used=None):
     surrogate, _ = LOSS_TYPES[loss_type]
-    kwargs = dict(aggregation=loss_type, surrogate=surrogate, sapo_temperatures=SAPO)
+    kwargs = dict(gtpo_aggregation=loss_type, surrogate=surrogate, sapo_temperatures=SAPO)
     if loss_type in ("cispo", "vespo"):
         kwargs["token_normalizer"] = mask.sum().float()
     if loss_type == "vespo":

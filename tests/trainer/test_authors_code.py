@@ -52,7 +52,7 @@ def test_max_conflict_count_divides_by_the_longer_span_not_the_union():
     bw = torch.zeros(1, 8, dtype=torch.bool)
     bw[0, -2:] = True
     logps = torch.full((1, 8), -0.5)
-    common = dict(forward_span=fw, backward_span=bw, aggregation="reference", entropy_filter="never", gamma=0.0)
+    common = dict(forward_span=fw, backward_span=bw, gtpo_aggregation="reference", entropy_filter="never", gamma=0.0)
     union, _ = keyword_loss(logps, mask, torch.tensor([1.0]), **common)
     maximum, _ = keyword_loss(logps, mask, torch.tensor([1.0]), conflict_count="max", **common)
     assert union.item() != 0 and maximum.item() / union.item() == pytest.approx(5 / 3)

@@ -760,7 +760,7 @@ def test_a_loss_type_registered_in_the_test_alone_trains_a_step(tmp_path, tiny_m
     _, before, after = run(FixedGTPO, tiny_model_path, args)
     assert max((after[k] - before[k]).abs().max().item() for k in before) > 0  # it trained
     inputs, used, loss = seen[0]
-    assert used.surrogate == "toy_reinforce" and used.aggregation == "toy"
+    assert used.surrogate == "toy_reinforce" and used.gtpo_aggregation == "toy"
     valid = inputs.completion_mask.bool()
     per_row = (inputs.per_token_logps.detach() * valid).sum(-1) / valid.sum(-1)
     expected = -(inputs.advantages.float() * per_row).mean()  # λ = 1 (no spans), δ = 1 (⟨H⟩_ini ≥ ln 2)

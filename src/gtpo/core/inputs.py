@@ -69,7 +69,8 @@ class LossSettings:
             (`CONFLICT_COUNTS`: ``union``, or the authors' code's ``max``).
         entropy_filter, entropy_threshold, initial_entropy: δ's settings (Eq. 6; `entropy_keep_mask`).
         gamma, entropy_term: the entropy penalty's weight γ and how it enters (Eq. 7; `ENTROPY_TERMS`).
-        aggregation: a normaliser or loss type of `gtpo.core.registry` (how token losses are reduced).
+        gtpo_aggregation: how token losses are reduced, a normaliser or loss type of `gtpo.core.registry` (the config's
+            `gtpo_aggregation` with loss_type="grpo", else the loss_type's own normaliser); one name throughout.
         surrogate: a surrogate of `gtpo.core.registry` ("clip": Eq. 7).
         epsilon_low, epsilon_high: the clip range of r.
         group_size: G when rows are whole groups, for `advantage_signs` (1: each row alone).
@@ -90,7 +91,7 @@ class LossSettings:
     initial_entropy: float | Tensor | None = None
     gamma: float = paper.GAMMA
     entropy_term: str = "advantage"
-    aggregation: str = "sequence"
+    gtpo_aggregation: str = "sequence"
     surrogate: str = "clip"
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
@@ -123,18 +124,18 @@ class AdvantageTerms:
 # Input checks of this module's functions (one host sync per call) -----------------------------------
 def _aggregation_normalizer(inputs, settings):
     """The one extra number the normaliser needs (static checks) and its deferred device check, if any."""
-    normaliser = registry.normaliser_of(settings.aggregation)
+    normaliser = registry.normaliser_of(settings.gtpo_aggregation)
     aggregation, max_completion_length, token_normalizer = (
-        settings.aggregation, settings.max_completion_length, inputs.token_normalizer
+        settings.gtpo_aggregation, settings.max_completion_length, inputs.token_normalizer
     )  # fmt: skip
     if normaliser.needs != "max_completion_length" and max_completion_length is not None:
-        raise ValueError(f"max_completion_length is used only by aggregation='dr_grpo', not {aggregation!r}")
+        raise ValueError(f"max_completion_length is used only by gtpo_aggregation='dr_grpo', not {aggregation!r}")
     if normaliser.needs != "token_normalizer" and token_normalizer is not None:
         others = ", ".join(
             repr(n) for n in sorted(registry.LOSS_TYPES) if registry.LOSS_TYPES[n].token_sum and n != "dapo"
         )
         raise ValueError(
-            f"token_normalizer is used only by aggregation='dapo' and the other token sums ({others}), not "
+            f"token_normalizer is used only by gtpo_aggregation='dapo' and the other token sums ({others}), not "
             f"{aggregation!r}"
         )
     if normaliser.needs == "max_completion_length":
@@ -144,14 +145,15 @@ def _aggregation_normalizer(inputs, settings):
             or max_completion_length < 1
         ):
             raise ValueError(
-                f"aggregation={aggregation!r} divides by N × max_completion_length: pass max_completion_length=<int "
-                f">= 1> (the generation limit, TRL's GRPOConfig.max_completion_length), got {max_completion_length!r}"
+                f"gtpo_aggregation={aggregation!r} divides by N × max_completion_length: pass "
+                f"max_completion_length=<int >= 1> (the generation limit, TRL's GRPOConfig.max_completion_length), "
+                f"got {max_completion_length!r}"
             )
         return max_completion_length, None
     if normaliser.needs is None:
         return None, None
     hint = (
-        f"aggregation={aggregation!r} divides by the valid tokens of the whole global batch per rank: pass "
+        f"gtpo_aggregation={aggregation!r} divides by the valid tokens of the whole global batch per rank: pass "
         "token_normalizer=<number > 0> (TRL: num_items_in_batch / num_processes)"
     )
     if isinstance(token_normalizer, Tensor):

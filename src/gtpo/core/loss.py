@@ -60,7 +60,7 @@ def _token_loss(inputs: LossInputs, settings: LossSettings, valid: Tensor, a_use
 
 
 class _Aggregations(Mapping):
-    """Every name ``aggregation`` accepts (the registry's normalisers and loss types) -> its reduction."""
+    """Every name ``gtpo_aggregation`` accepts (the registry's normalisers and loss types) -> its reduction."""
 
     def __getitem__(self, name: str):
         if name not in self:
@@ -142,7 +142,7 @@ def gtpo_loss(
     combine_fn = lookup(COMBINE_MODES, settings.combine, "combine mode")
     sides = lookup(SPAN_SIDES, settings.span_sides, "span_sides")
     count = lookup(CONFLICT_COUNTS, settings.conflict_count, "conflict_count")
-    aggregate = lookup(AGGREGATIONS, settings.aggregation, "aggregation")
+    aggregate = lookup(AGGREGATIONS, settings.gtpo_aggregation, "gtpo_aggregation")
     check_loss_options(inputs, settings)
     valid, normalizer = check_loss_inputs(inputs, settings)  # (N, T) bool; the one host sync of the call
 

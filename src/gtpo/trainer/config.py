@@ -323,11 +323,6 @@ class GTPOConfig(GRPOConfig):
         return self.gtpo_enabled and ENTROPY_FILTERS[self.entropy_filter].needs_initial_entropy
 
     @property
-    def core_aggregation(self) -> str:
-        """`gtpo.core.gtpo_loss`'s aggregation: loss_type's unless it is 'grpo' (then gtpo_aggregation's)."""
-        return self.gtpo_aggregation if self.loss_type == "grpo" else self.loss_type
-
-    @property
     def untempered_entropy(self) -> bool:
         """True when GTPO's entropies must be recomputed at temperature 1 (TRL's are at `temperature`)."""
         return self.gtpo_enabled and self.entropy_temperature == "model" and self.temperature != 1.0

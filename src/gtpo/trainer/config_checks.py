@@ -13,7 +13,9 @@ from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
 logger = logging.getLogger("gtpo.trainer.config")
 
 ALGORITHMS = ("gtpo", "grpo")
-AGGREGATIONS = ("sequence", "reference")  # gtpo_aggregation: with loss_type="grpo", Eq. 7's or the authors'
+# gtpo_aggregation's choices with loss_type="grpo": core's reductions that are not TRL loss types of their own, i.e.
+# Eq. 7's "sequence" and the authors' "reference" (every other reduction is chosen by its loss_type).
+AGGREGATIONS = tuple(name for name in registry.NORMALISERS if name not in registry.LOSS_TYPES)
 ENTROPY_TEMPERATURES = ("model", "sampling")
 LOGPROB_TEMPERATURES = ("sampling", "model")
 

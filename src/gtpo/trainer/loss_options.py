@@ -13,7 +13,7 @@ from gtpo import core
 def token_normalizer(trainer, inputs):
     """The token-sum normalisers' divisor (the registry's `needs="token_normalizer"`), else None: as TRL, the valid
     tokens of the whole (all-rank) generation batch, per rank."""
-    if core.registry.normaliser_of(trainer.args.core_aggregation).needs != "token_normalizer":
+    if core.registry.normaliser_of(gtpo_aggregation(trainer.args)).needs != "token_normalizer":
         return None
     return inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
 
@@ -78,10 +78,16 @@ def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss
     )  # (B, 1)
 
 
+def gtpo_aggregation(args) -> str:
+    """The reduction `core.gtpo_loss` applies (`LossSettings.gtpo_aggregation`): the config's `gtpo_aggregation` with
+    TRL's loss_type "grpo" (Eq. 7's "sequence" or the authors' "reference"), else the loss_type's own."""
+    return args.gtpo_aggregation if args.loss_type == "grpo" else args.loss_type
+
+
 def loss_settings(trainer) -> core.LossSettings:
     """`gtpo.core.LossSettings` from the config (⟨H⟩_ini as measured or restored)."""
     args = trainer.args
-    normaliser = core.registry.normaliser_of(args.core_aggregation)
+    normaliser = core.registry.normaliser_of(gtpo_aggregation(args))
     return core.LossSettings(
         positive_weight=args.conflict_positive_weight,
         negative_weight=args.conflict_negative_weight,
@@ -93,7 +99,7 @@ def loss_settings(trainer) -> core.LossSettings:
         initial_entropy=trainer.initial_entropy,
         gamma=args.entropy_gamma,
         entropy_term=args.entropy_term,
-        aggregation=args.core_aggregation,
+        gtpo_aggregation=gtpo_aggregation(args),
         surrogate=core.registry.LOSS_TYPES[args.loss_type].surrogate,
         epsilon_low=trainer.epsilon_low,
         epsilon_high=trainer.epsilon_high,

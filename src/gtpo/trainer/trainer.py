@@ -359,7 +359,7 @@ class GTPOTrainer(GRPOTrainer):
         # (the authors' code trains one group per step, where the two agree).
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         normalizer = accumulation
-        scale = core.registry.normaliser_of(settings.aggregation).scale
+        scale = core.registry.normaliser_of(settings.gtpo_aggregation).scale
         if scale == "token_sum":
             normalizer = accumulation / self.args.steps_per_generation if mode == "train" else 1.0
         elif scale == "group_sum":
