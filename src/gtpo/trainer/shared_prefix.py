@@ -19,15 +19,13 @@ config and the batch's lengths, and TRL's padded path runs where packing would c
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 from dataclasses import dataclass
 
 import torch
 
-from gtpo.trainer import untempered
-from gtpo.trainer.trl_adapter import trl_utils
+from gtpo.trainer import trl_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -228,38 +226,19 @@ def packed_is_cheaper(config, batch: int, length: int, packed_length: int, devic
     return 3.0 * (padded_cost - packed_cost) / EFFECTIVE_FLOPS[device_type] > overhead
 
 
-class _Restrict:
-    """Stands in for TRL's LM-head kernel during one packed call: scores the labelled positions only.
-
-    On devices without Triton, TRL's fused forward scores every position (prefix positions too, labels -100);
-    their outputs are zeroed afterwards, so skipping them changes no number. The wrapped kernel (TRL's, or
-    `untempered`'s single-pass head) sees the (n, H) labelled hidden states.
-    """
-
-    def __init__(self, kernel, scored: torch.Tensor):
-        self.kernel, self.scored = kernel, scored
-
-    def apply(self, hidden, weight, bias, targets, *args):
-        if hidden.shape[0] != self.scored.numel():  # Triton devices: TRL already passes the labelled rows only
-            return self.kernel.apply(hidden, weight, bias, targets, *args)
-        keep = self.scored
-        result = self.kernel.apply(hidden[keep], weight, bias, targets[keep], *args)
-        return tuple(None if x is None else x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)
-
-
 @contextlib.contextmanager
 def scoring_only(scored: torch.Tensor):
-    """Within the block, TRL's fused LM head projects only the positions where ``scored`` (N,) is True."""
-    original = getattr(trl_utils, untempered.KERNEL_NAME)
-    inner = original
-    if isinstance(original, untempered.EntropyKernel):  # it would read its (B, L-1) positions into packed rows
-        inner = copy.copy(original)
-        inner.scored = None
-    setattr(trl_utils, untempered.KERNEL_NAME, _Restrict(inner, scored))
-    try:
-        yield
-    finally:
-        setattr(trl_utils, untempered.KERNEL_NAME, original)
+    """Within the block, TRL's fused LM head projects only the packed positions where ``scored`` (N,) is True (on
+    devices without Triton TRL's fused forward scores every position, prefix positions too, and zeroes those outputs
+    afterwards, so skipping them changes no number). Configures the one `trl_adapter.HeadPatch`, whose entropy policy
+    (`untempered`) stays as it is, and yields it."""
+    with trl_adapter.fused_head() as head:
+        saved = head.scored
+        head.scored = scored
+        try:
+            yield head
+        finally:
+            head.scored = saved
 
 
 def per_token_logps_and_entropies(
@@ -328,9 +307,9 @@ def _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size) 
 
 def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
     """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
-    capture = untempered.active_capture()
-    seen = len(capture.sampling) if capture is not None else 0
-    with scoring_only(packed.scored), trainer.accelerator.autocast():
+    with scoring_only(packed.scored) as head, trainer.accelerator.autocast():
+        capture = None if head.entropy is None else head.entropy.capture  # `untempered`'s, if its policy is on
+        seen = len(capture.sampling) if capture is not None else 0
         output = model(
             input_ids=packed.input_ids,
             attention_mask=packed.attention_mask,

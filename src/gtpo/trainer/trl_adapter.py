@@ -10,9 +10,11 @@ The other trainer modules take these TRL modules from here (``trl_utils``, ``trl
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from types import ModuleType
 
+import torch
 import trl
 import trl.trainer.grpo_trainer as trl_grpo
 import trl.trainer.utils as trl_utils
@@ -52,6 +54,52 @@ HOOKS: dict[str, str] = {
         "advantages, log_ratio_per_token, mask, importance_sampling_ratio, k_pos, lambda_pos, k_neg, lambda_neg"
     ),
 }
+
+
+# The module global TRL's fused forward looks up at call time (trl/trainer/utils.py, `_fused_forward`).
+KERNEL_NAME = "_ChunkedLogProbFunction"
+
+
+class HeadPatch:
+    """The one stand-in for TRL's fused LM-head kernel while gtpo needs more of it, with `apply`'s signature.
+
+    Two callers configure it, through :func:`fused_head`: `gtpo.trainer.untempered` sets ``entropy`` (a policy whose
+    ``apply(kernel, ...)`` returns the temperature-1 entropy, and what else GTPO's settings ask of the head), and
+    `gtpo.trainer.shared_prefix` sets ``scored`` to its packed rows. ``scored``: (N,) bool, the positions that carry
+    a label; where TRL's kernel receives every position (devices without Triton) only those are projected, and the
+    outputs are scattered back (zeros elsewhere, as TRL zeroes them).
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel  # TRL's
+        self.entropy = None  # None: TRL's kernel computes
+        self.scored: torch.Tensor | None = None
+
+    def apply(self, hidden, weight, bias, targets, *args):
+        keep = self.scored
+        if keep is None or keep.numel() != hidden.shape[0]:  # nothing to skip, or TRL passes the labelled rows only
+            return self._apply(hidden, weight, bias, targets, *args)
+        keep = keep.to(hidden.device)
+        result = self._apply(hidden[keep], weight, bias, targets[keep], *args)
+        return tuple(None if x is None else x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)
+
+    def _apply(self, *args):
+        return self.kernel.apply(*args) if self.entropy is None else self.entropy.apply(self.kernel, *args)
+
+
+@contextlib.contextmanager
+def fused_head():
+    """The `HeadPatch` in force, installed for the block if none is; callers set its fields and restore them."""
+    current = getattr(trl_utils, KERNEL_NAME)
+    if isinstance(current, HeadPatch):
+        yield current
+        return
+    patch = HeadPatch(current)
+    setattr(trl_utils, KERNEL_NAME, patch)
+    try:
+        yield patch
+    finally:
+        setattr(trl_utils, KERNEL_NAME, current)
 
 
 def _modules() -> dict[str, ModuleType]:

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gtpo.trainer import lm_head
-from gtpo.trainer.trl_adapter import trl_utils
+from gtpo.trainer import lm_head, trl_adapter
 
-# The module global TRL's fused forward looks up at call time (trl/trainer/utils.py, `_fused_forward`).
-KERNEL_NAME = "_ChunkedLogProbFunction"
+KERNEL_NAME = trl_adapter.KERNEL_NAME  # where TRL's fused forward finds its kernel (the patch's place)
 
 
 @dataclass
@@ -35,42 +33,25 @@ class Capture:
     sampling: list[torch.Tensor] = field(default_factory=list)
 
 
-class EntropyKernel:
-    """Stands in for `ChunkedLogProbFunction` (same `apply` signature); entropy output at temperature 1."""
+class EntropyPolicy:
+    """What `trl_adapter.HeadPatch` asks of the head for GTPO: the temperature-1 entropy (and, for `authors_code`,
+    log-probs at temperature 1 and a clamped entropy), from one projection per tile (`lm_head.token_scores`)."""
 
     def __init__(
-        self, kernel, capture: Capture, differentiable: bool, scored: torch.Tensor | None,
-        logprobs_at_one: bool = False, entropy_clamp: float | None = None,
-    ):  # fmt: skip
-        self.kernel, self.capture, self.differentiable = kernel, capture, differentiable
-        self.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
+        self, capture: Capture, differentiable: bool, logprobs_at_one: bool = False, entropy_clamp: float | None = None
+    ):
+        self.capture, self.differentiable = capture, differentiable
         # GTPOConfig.logprob_temperature="model" and entropy_clamp (authors_code): log-probs at temperature 1 whatever
         # the sampling temperature, and H with p clamped inside the log, as the authors' code computes them.
         self.logprobs_at_one, self.entropy_clamp = logprobs_at_one, entropy_clamp
 
     def apply(
-        self,
-        hidden,
-        weight,
-        bias,
-        targets,
-        temperature,
-        chunk_size,
-        softcap=None,
-        logit_scale=1.0,
+        self, kernel, hidden, weight, bias, targets, temperature, chunk_size, softcap=None, logit_scale=1.0,
         outputs=("log_probs", "entropy"),
-    ):
+    ):  # fmt: skip
         if "entropy" not in outputs or set(outputs) - {"log_probs", "entropy"}:
             # Nothing to replace, or fields the single-pass head does not compute: TRL's kernel as is.
-            return self.kernel.apply(
-                hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs
-            )
-        # Where TRL scores every position (devices without Triton), score only those with a label: the
-        # prompt's positions would be thrown away (TRL zeroes their outputs).
-        keep = self.scored if self.scored is not None and self.scored.numel() == hidden.shape[0] else None
-        if keep is not None:
-            keep = keep.to(hidden.device)
-            hidden, targets = hidden[keep], targets[keep]
+            return kernel.apply(hidden, weight, bias, targets, temperature, chunk_size, softcap, logit_scale, outputs)
         scores = lm_head.token_scores(
             hidden,
             weight,
@@ -88,11 +69,8 @@ class EntropyKernel:
                 hidden, weight, bias, self.entropy_clamp, chunk_size=chunk_size, softcap=softcap,
                 logit_scale=logit_scale,
             )  # fmt: skip
-        result = (scores.log_probs, entropy, scores.sampling_entropy)
-        if keep is not None:
-            result = tuple(x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)  # (N,)
-        self.capture.sampling.append(result[2])
-        return (result[0], result[1], None, None, None)
+        self.capture.sampling.append(scores.sampling_entropy)  # (n,) the rows projected: the consumers lay it out
+        return (scores.log_probs, entropy, None, None, None)
 
 
 @contextlib.contextmanager
@@ -110,26 +88,21 @@ def untempered_entropy(
     ``enabled=False`` nothing is patched (TRL's entropies, those of the sampling distribution).
     ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the head
     skips the others where TRL's kernel runs over every position. ``logprobs_at_one`` and ``entropy_clamp``:
-    `GTPOConfig.logprob_temperature="model"` and `entropy_clamp` (the authors' code's arithmetic).
+    `GTPOConfig.logprob_temperature="model"` and `entropy_clamp` (the authors' code's arithmetic). The one patch of
+    TRL's kernel is `trl_adapter.HeadPatch`, which the packed layout configures too.
     """
     capture = Capture()
     if not enabled:
         yield capture
         return
-    original = getattr(trl_utils, KERNEL_NAME)
-    setattr(
-        trl_utils, KERNEL_NAME, EntropyKernel(original, capture, differentiable, scored, logprobs_at_one, entropy_clamp)
-    )
-    try:
-        yield capture
-    finally:
-        setattr(trl_utils, KERNEL_NAME, original)
-
-
-def active_capture() -> Capture | None:
-    """The `Capture` of the `untempered_entropy` block in force, or None outside one."""
-    kernel = getattr(trl_utils, KERNEL_NAME)
-    return kernel.capture if isinstance(kernel, EntropyKernel) else None
+    with trl_adapter.fused_head() as head:
+        saved = head.entropy, head.scored
+        head.entropy = EntropyPolicy(capture, differentiable, logprobs_at_one, entropy_clamp)
+        head.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
+        try:
+            yield capture
+        finally:
+            head.entropy, head.scored = saved
 
 
 def scored_positions(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
