@@ -223,3 +223,15 @@ def test_a_reader_that_closes_the_pipe_is_not_reported_as_a_bug(tmp_path):
     stderr = process.stderr.read().decode()
     process.wait(timeout=120)
     assert "bug in gtpo" not in stderr and "Traceback" not in stderr
+
+
+def test_read_recipe_lives_with_the_cli_and_keeps_its_public_name(tmp_path):
+    """`read_recipe` moved to its reader, gtpo.cli.recipe (issue 40); `from gtpo.trainer import read_recipe` still
+    gives the same function."""
+    from gtpo.cli.recipe import read_recipe
+    from gtpo.trainer import read_recipe as public
+
+    assert public is read_recipe
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("learning_rate: 0.001\nmax_steps: 3\n")
+    assert read_recipe(recipe) == {"learning_rate": 0.001, "max_steps": 3}

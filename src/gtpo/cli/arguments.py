@@ -7,9 +7,9 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
+from gtpo.cli.recipe import read_recipe
 from gtpo.errors import UsageError, user_input
 from gtpo.tasks import TASKS
-from gtpo.trainer.recipe import read_recipe
 
 # The offline default: `gtpo train` with no --config. Same keys as a recipe (recipes/smollm2/synthetic/).
 # Measured on a 2-core CPU: see README "The offline default run".

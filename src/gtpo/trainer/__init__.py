@@ -1,7 +1,8 @@
 """The trainer: GTPOConfig and GTPOTrainer on TRL's GRPOTrainer, ⟨H⟩_ini, the temperature-1 entropy, the collapse
-callback, recipes, policy training and the SFT baseline.
+callback, policy training and the SFT baseline.
 
-Names load lazily (TRL is heavy), so `gtpo.trainer.recipe` and friends stay cheap to import.
+Names load lazily (TRL is heavy). `read_recipe` lives with its reader, the command line (`gtpo.cli.recipe`); its
+public name here is kept for code that imported it from the trainer (loaded lazily, so the trainer imports no cli).
 """
 
 from gtpo.lazy import lazy_getattr
@@ -10,7 +11,7 @@ _LAZY = {
     "GTPOConfig": "gtpo.trainer.config",
     "GTPOTrainer": "gtpo.trainer.trainer",
     "CollapseWarningCallback": "gtpo.trainer.callbacks",
-    "read_recipe": "gtpo.trainer.recipe",
+    "read_recipe": "gtpo.cli.recipe",
     "train_policy": "gtpo.trainer.policy",
 }
 
