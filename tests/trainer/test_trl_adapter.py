@@ -54,7 +54,11 @@ def test_gtpo_trainer_overrides_the_hooks_with_trls_parameters():
     for hook in trl_adapter.HOOKS:
         if hook in vars(GTPOTrainer):
             ours = list(inspect.signature(getattr(GTPOTrainer, hook)).parameters)
-            assert ours == list(inspect.signature(getattr(GRPOTrainer, hook)).parameters), hook
+            theirs = list(inspect.signature(getattr(GRPOTrainer, hook)).parameters)
+            if hook == "_get_per_token_logps_and_entropies":  # TRL's vision inputs pass through as **extra
+                assert ours == [*theirs[:8], "extra"], hook
+                continue
+            assert ours == theirs, hook
 
 
 def test_private_trl_modules_are_imported_only_by_the_adapter():

@@ -45,6 +45,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
 HOOKS: dict[str, str] = {
     "_generate_and_score_completions": "self, inputs",
     "_compute_loss": "self, model, inputs",
+    "_get_per_token_logps_and_entropies": (
+        "self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, "
+        "pixel_values, image_grid_thw, num_images, pixel_attention_mask, spatial_shapes, num_tiles, image_sizes, "
+        "token_type_ids, mm_token_type_ids, image_position_ids"
+    ),
     "_prepare_inputs": "self, generation_batch",
     "_generate_single_turn": "self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images",
     "_save_checkpoint": "self, model, trial",
