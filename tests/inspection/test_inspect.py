@@ -210,3 +210,13 @@ def test_completion_entropy_goes_through_the_training_head_and_equals_the_plain_
     torch.testing.assert_close(got[0, :3], expected[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[1, :2], expected[1], atol=1e-5, rtol=1e-5)
     assert got[0, 3] == 0 and (got[1, 2:] == 0).all()
+
+
+def test_the_figure_draws_lambda_values_other_than_the_papers(tmp_path):
+    """Under the ablation flags λ can be 1.5 or 3 (conflict_positive_weight 1.5, product): the figure still draws,
+    each value in the nearest level's colour (it raised ValueError on any value outside 0, 1, 2, 4)."""
+    from gtpo.inspection import render
+
+    row = {"tokens": ["a", "b", "c"], "reward": 1.0, "advantage": 1.0, "lambda_union": [1.5, 1.0, 3.0]}
+    path = render.plot_group({"completions": [row]}, tmp_path / "g.png")
+    assert path.is_file() and path.stat().st_size > 0

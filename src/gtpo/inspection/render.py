@@ -145,7 +145,9 @@ def plot_group(record: dict, path: str | Path, combine: str = "union") -> Path:
     ent = np.full((len(rows), width), np.nan)
     for i, r in enumerate(rows):
         n = len(r["tokens"])
-        lam[i, :n] = [levels.index(float(v)) for v in r[f"lambda_{combine}"]]
+        # λ takes other values under the ablation flags (conflict_positive_weight 1.5, ...): each is shown in the
+        # colour of the nearest of the paper's levels
+        lam[i, :n] = [min(range(len(levels)), key=lambda k: abs(levels[k] - float(v))) for v in r[f"lambda_{combine}"]]
         if "token_entropy" in r:
             ent[i, :n] = r["token_entropy"]
     fig, axes = plt.subplots(2, 1, figsize=(min(20, 4 + 0.2 * width), 1.5 + 0.7 * len(rows)), squeeze=False)
