@@ -300,18 +300,6 @@ class GTPOConfig(GRPOConfig):
         },
     )
 
-    cuda_graph_generation: bool = field(
-        default=False,
-        metadata={
-            "help": "On a CUDA GPU, generate with fixed shapes (transformers' StaticCache, every row kept until the "
-            "longest ends, as generate keeps them) and replay each decoding step as one CUDA graph "
-            "(gtpo.graph_decode): on an H100 a Qwen2.5-1.5B-sized token step took 7.3-8.3 ms against 57-61 ms "
-            "(docs/performance.md). The same distribution; the tokens can differ from the eager path's where kernel "
-            "rounding flips a near-tie. Ignored off CUDA (a CPU keeps dropping ended rows). Off until measured in "
-            "training."
-        },
-    )
-
     def __post_init__(self):
         # Resolved before TRL's __post_init__, which would set it to True whatever the device.
         if self.bf16 is None:
