@@ -25,8 +25,9 @@ class _OneProcess:
         return t
 
 
-def _fake_trainer(training: bool = True):
+def _fake_trainer(training: bool = True, correction: bool = True):
     return SimpleNamespace(
+        args=SimpleNamespace(gtpo_enabled=correction, conflict_correction=correction),
         model=SimpleNamespace(training=training),
         num_generations=2,
         num_generations_eval=2,
@@ -68,3 +69,11 @@ def test_a_left_padded_first_batch_is_refused():
     left_padded = torch.tensor([[0, 1, 1], [1, 1, 1]])
     with pytest.raises(ValueError, match="right-padded"):
         GTPOTrainer._gathered_spans(_fake_trainer(), _output(left_padded))
+
+
+def test_spans_for_the_record_only_never_refuse_a_batch():
+    """With the correction off (algorithm='grpo', or conflict_correction=False) the spans are computed only for the
+    completion record: a layout the loss would refuse must not stop the run, so the checks are skipped."""
+    left_padded = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    gathered = GTPOTrainer._gathered_spans(_fake_trainer(correction=False), _output(left_padded))
+    assert gathered["forward"].shape == (2, 3)

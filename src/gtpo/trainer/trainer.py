@@ -175,7 +175,8 @@ class GTPOTrainer(GRPOTrainer):
         all_advantages = acc.gather(advantages)  # rank-ordered, as TRL computed them before slicing
         # Check the first batch of each mode in full (a custom rollout_func could break TRL's layout); later
         # batches come from the same producer, so the O(N·T) checks and their host sync leave the hot path.
-        validate = mode not in self._span_inputs_checked
+        # Spans computed for the completion record only (grpo, no correction) never stop a run: no checks then.
+        validate = mode not in self._span_inputs_checked and self.args.gtpo_enabled and self.args.conflict_correction
         forward, backward = core.conflict_spans(
             all_ids, all_mask, all_advantages, group_size, validate=validate
         )  # (N, T_max)
