@@ -254,3 +254,14 @@ def test_console_table_only_when_asked_and_wandb_gets_the_table(tmp_path, tiny_m
     trainer.train()
     assert printed == [1] and len(logged) == 1
     assert {"mean_entropy", "entropy_filtered", "forward_span", "advantage_used"} <= set(logged[0].columns)
+
+
+def test_a_column_arrow_cannot_type_is_kept_as_json(tmp_path):
+    """Chat messages whose content is text in one row and a list of parts in another cannot be one arrow column; the
+    record keeps them (as JSON text in the file) and reads them back as they were, instead of failing the step."""
+    prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": [{"type": "text"}]}]]
+    meta = dict.fromkeys(record_files.METADATA_FIELDS)
+    record_files.write_step(tmp_path, 1, {"prompt": prompts, "reward": [1.0, 0.0]}, meta)
+    back = record_files.read_step(tmp_path, 1)
+    assert back["columns"]["prompt"] == prompts and back["columns"]["reward"] == [1.0, 0.0]
+    assert back["metadata"]["json_columns"] == ["prompt"]

@@ -72,7 +72,15 @@ def write_step(run_dir: str | Path, step: int, columns: dict[str, list], metadat
     missing = [k for k in METADATA_FIELDS if k not in metadata]
     if missing:
         raise ValueError(f"completion record of step {step}: metadata lacks {missing}")
-    table = pa.table(columns)
+    try:
+        table = pa.table(columns)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # Values arrow cannot type as one column (chat messages whose content is text in one row and a list of parts
+        # in another, ...): those columns are stored as JSON text, and `read_step` decodes them.
+        encoded = [name for name, values in columns.items() if not _arrow_typable(values)]
+        columns = {n: [json.dumps(v, default=str) for v in vs] if n in encoded else vs for n, vs in columns.items()}
+        metadata = {**metadata, "json_columns": encoded}
+        table = pa.table(columns)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata)})
     path = record_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +89,16 @@ def write_step(run_dir: str | Path, step: int, columns: dict[str, list], metadat
     pq.write_table(table, partial, compression="zstd", write_statistics=False)
     os.replace(partial, path)
     return path
+
+
+def _arrow_typable(values: list) -> bool:
+    import pyarrow as pa
+
+    try:
+        pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    return True
 
 
 def recorded_steps(run_dir: str | Path) -> list[int]:
@@ -123,7 +141,10 @@ def read_step(run_dir: str | Path, step: int) -> dict:
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise InvalidInput(f"{path} has no gtpo columns (written by TRL's GRPOTrainer?): record it with gtpo train")
-    return {"columns": table.to_pydict(), "metadata": json.loads(raw)}
+    metadata, columns = json.loads(raw), table.to_pydict()
+    for name in metadata.get("json_columns", ()):
+        columns[name] = [json.loads(v) for v in columns[name]]
+    return {"columns": columns, "metadata": metadata}
 
 
 def lambda_row(positions: list[int], values: list[float], length: int) -> list[float]:
