@@ -107,8 +107,7 @@ class CompletionRecorder:
         entropies, self._entropies, self._capturing = self._entropies, None, False
         if entropies is None:
             return
-        mask = inputs["completion_mask"].to(entropies.dtype)
-        mean_h = (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+        mean_h = core.mean_completion_entropy(entropies, inputs["completion_mask"])  # (B,) ⟨H⟩_i, core's definition
         advantages = inputs["advantages"]
         advantages = advantages if advantages.dim() == 1 else advantages[:, 0]
         self.on_loss(inputs, mean_h, torch.ones_like(mean_h, dtype=torch.bool), advantages)
