@@ -46,6 +46,7 @@ _EXPORTS = {
     "CONFLICT_COUNTS": "spans",
     "conflict_spans": "spans",
     "conflict_weights": "spans",
+    "contested_tokens": "spans",
 }
 _SUBMODULES = ("registry", "paper")
 

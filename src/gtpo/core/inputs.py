@@ -34,6 +34,8 @@ class LossInputs:
         completion_mask: (N, T) bool or 0/1, True at valid tokens.
         advantages: (N,) A_i of Eq. (8).
         forward_span, backward_span: (N, T) bool spans from `conflict_spans`, or None (λ = 1).
+        contested_span: (N, T) bool from `contested_tokens` (the guard, issue 38), or None: with it λ is 0 on these
+            span tokens and 1 elsewhere, instead of Eq. (5); it needs the spans.
         old_per_token_logps: (N, T) log-probabilities at sampling time, or None (on-policy, r = 1).
         ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
         token_entropy: (N, T) entropies in nats, for δ and γ; None when neither is on.
@@ -48,6 +50,7 @@ class LossInputs:
     advantages: Tensor
     forward_span: Tensor | None = None
     backward_span: Tensor | None = None
+    contested_span: Tensor | None = None
     old_per_token_logps: Tensor | None = None
     ref_per_token_logps: Tensor | None = None
     token_entropy: Tensor | None = None
@@ -238,7 +241,9 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
     forward_span, backward_span = inputs.forward_span, inputs.backward_span
     if (forward_span is None) != (backward_span is None):
         raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
-    for name in ("forward_span", "backward_span", "old_per_token_logps", "token_entropy"):
+    if inputs.contested_span is not None and forward_span is None:
+        raise ValueError("contested_span (the guard) needs forward_span and backward_span (from conflict_spans)")
+    for name in ("forward_span", "backward_span", "contested_span", "old_per_token_logps", "token_entropy"):
         t = getattr(inputs, name)
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
             raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {_shape_of(t)}")
@@ -250,6 +255,8 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
         )
     if forward_span is not None and (forward_span.dtype != torch.bool or backward_span.dtype != torch.bool):
         raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
+    if inputs.contested_span is not None and inputs.contested_span.dtype != torch.bool:
+        raise ValueError("contested_span must be a bool tensor (from contested_tokens)")
     entropy_filter, entropy_term, gamma = settings.entropy_filter, settings.entropy_term, settings.gamma
     needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
     if inputs.token_entropy is None and needs_entropy:

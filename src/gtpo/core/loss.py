@@ -19,7 +19,7 @@ from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
-from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
+from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES, guarded_weights
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -151,7 +151,10 @@ def gtpo_loss(
     bw = torch.zeros_like(valid) if inputs.backward_span is None else inputs.backward_span & valid  # (N, T) M^bw
     fw, bw = sides(fw, bw)  # the paper's both spans, or one side (an ablation)
     signs = terms.signs.float()  # (N,)
-    lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # (N, T) Eq. 5
+    if inputs.contested_span is None:
+        lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # (N, T) Eq. 5
+    else:
+        lam = guarded_weights(fw, bw, inputs.contested_span, signs)  # (N, T) the guard: 0 on contested tokens, else 1
     token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)
     loss = aggregate(token_loss, valid, count(fw, bw), normalizer)  # (), `reference` divides by the count
     mean_h = terms.mean_entropy

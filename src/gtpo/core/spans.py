@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from gtpo.core.advantages import _signs
+from gtpo.core.advantages import ZERO_ADVANTAGE_RTOL, _signs
 from gtpo.core.checks import (
     check_group_size,
     check_weight,
@@ -160,10 +160,13 @@ def conflict_weights(
     group_size: int = 1,
     negative_weight: float = NEGATIVE_WEIGHT,
     sides: str = "both",
+    contested: Tensor | None = None,
 ) -> Tensor:
     """Token weights λ_{i,t} of Eq. (5)/(21): 1 outside the spans; inside 0 (A<0), positive_weight (A>0).
 
     Rows with A_i=0 keep 1 (they have no spans from `conflict_spans`); padding is outside every span.
+    With ``contested`` (the guard, `contested_tokens`), λ is instead 0 on the contested span tokens and 1 everywhere
+    else, whatever the sign, weights and combine mode.
 
     Args:
         forward: (N, T) bool forward spans M^fw.
@@ -175,6 +178,7 @@ def conflict_weights(
         group_size: G for `advantage_signs` (1: each row alone).
         negative_weight: λ inside a span for A<0 (the paper's 0: no negative update; 1 keeps it, an ablation).
         sides: one of `SPAN_SIDES`: ``both`` (the paper), ``forward`` or ``backward`` alone (ablations).
+        contested: (N, T) bool from `contested_tokens` on the same spans, or None (Eq. 5).
 
     Returns:
         (N, T) λ in the dtype of ``advantages``.
@@ -189,7 +193,98 @@ def conflict_weights(
     check_weights_inputs(forward, backward, advantages, positive_weight, group_size)
     check_weight(negative_weight, "negative_weight")
     signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
+    if contested is not None:
+        return guarded_weights(forward, backward, contested, signs)  # (N, T)
     return fn(forward, backward, signs, float(positive_weight), float(negative_weight))  # (N, T)
+
+
+# 3b. The guard (issue 38; off by default): protect without promoting -------------------------------
+def contested_tokens(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    group_size: int,
+    forward: Tensor,
+    backward: Tensor,
+) -> Tensor:
+    """The span tokens that the group as a whole pushes down: where the guard sets λ = 0 (issue 38).
+
+    For a span token v of completion i at aligned position p (counted from the start in M^fw_i, from the end in
+    M^bw_i), let S = Σ_j A_j over the completions j of i's group that have v at that aligned position (i included,
+    rows with A = 0 adding nothing). Without the correction, v's update there is, up to each completion's length
+    weight, S times v's gradient: the group's net evidence on v. Eq. (5) replaces it by 2·Σ_{j: A_j>0} A_j, a push up
+    whatever S, which favours an opening the positives share with negatives over one only positives have; in study E
+    that opening was the restated question, and the group converged on it (docs/study-gtpo-vs-grpo.md, "The
+    mechanism"). The guard keeps S where S ≥ 0 (λ = 1, as without the correction) and drops it where S < 0 (λ = 0 for
+    every sharer, the paper's protection): no shared token is pushed down, and none is pushed up more than the
+    group's advantages say. S counts as negative below −G·ZERO_ADVANTAGE_RTOL·max(1, max_g |A_j|), the rounding of a
+    sum of G advantages (a token every completion shares has S = 0 up to rounding under Eq. 8).
+
+    Cost: G passes over the (N, W) aligned ids, W the longest span (one host sync per side); no (N, G, G, W) tensor.
+
+    Args:
+        completion_ids: (N, T) integer token ids, right-padded.
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+        advantages: (N,) A_i before any entropy shift, as for the signs of Eq. (5).
+        group_size: G; rows g*G .. g*G+G-1 form group g.
+        forward, backward: (N, T) bool spans from `conflict_spans` on the same rows (after any `SPAN_SIDES` choice).
+
+    Returns:
+        (N, T) bool, True on span tokens whose S is negative (a subset of M^fw ∨ M^bw).
+
+    >>> ids = torch.tensor([[5, 7], [5, 8], [5, 9]])  # token 5 opens all three: S = 1 - 0.5 - 0.5 = 0, kept
+    >>> fw, bw = conflict_spans(ids, torch.ones(3, 2, dtype=torch.bool), torch.tensor([1.0, -0.5, -0.5]), 3)
+    >>> contested_tokens(ids, torch.ones(3, 2), torch.tensor([1.0, -0.5, -0.5]), 3, fw, bw).int().tolist()
+    [[0, 0], [0, 0], [0, 0]]
+    >>> a = torch.tensor([1.0, -2.0, 1.0])  # 5 opens rows 0 and 1 only: S = 1 - 2 < 0, both get λ = 0
+    >>> ids = torch.tensor([[5, 7], [5, 8], [6, 9]])
+    >>> fw, bw = conflict_spans(ids, torch.ones(3, 2, dtype=torch.bool), a, 3)
+    >>> contested_tokens(ids, torch.ones(3, 2), a, 3, fw, bw).int().tolist()
+    [[1, 0], [1, 0], [0, 0]]
+    """
+    valid = completion_mask.bool()  # (N, T)
+    n, t = completion_ids.shape
+    signs = _signs(advantages, group_size)  # (N,) zero up to rounding -> 0, the one sign rule
+    a = torch.where(signs != 0, advantages.detach().float(), 0.0)  # (N,)
+    scale = a.view(-1, group_size).abs().amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1)
+    tol = (group_size * ZERO_ADVANTAGE_RTOL * scale).repeat_interleave(group_size, dim=0)  # (N, 1)
+    lengths = valid.sum(dim=-1, keepdim=True)  # (N, 1) |o_i|
+    contested = torch.zeros(n, t, dtype=torch.bool, device=completion_ids.device)  # (N, T)
+    width = int(forward.sum(dim=-1).max()) if n else 0  # the longest forward span
+    if width:
+        pos = torch.arange(width, device=completion_ids.device)  # (W,)
+        net = _net_advantage(completion_ids[:, :width], pos < lengths, a, group_size)  # (N, W)
+        contested[:, :width] = forward[:, :width] & (net < -tol)
+    width = int(backward.sum(dim=-1).max()) if n else 0  # the longest backward span
+    if width:
+        offset = torch.arange(width, device=completion_ids.device)  # (W,) offsets r from the last valid token
+        present = offset < lengths  # (N, W)
+        at = (lengths - 1 - offset).clamp(min=0)  # (N, W) position |o_i| - 1 - r
+        net = _net_advantage(completion_ids.gather(1, at), present, a, group_size)  # (N, W)
+        down = (net < -tol) & present  # (N, W)
+        # Back to positions; clamped offsets all land on 0 with False, so add rather than overwrite.
+        at_positions = torch.zeros(n, t, dtype=torch.long, device=completion_ids.device).scatter_add_(1, at, down.long())
+        contested |= backward & (at_positions > 0)
+    return contested  # (N, T)
+
+
+def _net_advantage(aligned: Tensor, present: Tensor, advantages: Tensor, group_size: int) -> Tensor:
+    """S of `contested_tokens`: for each row and aligned position, Σ_j A_j over the rows j of its group that are
+    present there with the same token. aligned, present: (N, W); advantages: (N,) -> (N, W) float32."""
+    n, w = aligned.shape
+    ids = aligned.view(-1, group_size, w)  # (n_groups, G, W)
+    here = present.view(-1, group_size, w)  # (n_groups, G, W)
+    a = advantages.view(-1, group_size)  # (n_groups, G)
+    net = torch.zeros(ids.shape, dtype=torch.float32, device=aligned.device)  # (n_groups, G, W)
+    for j in range(group_size):  # G passes of (N, W): no (N, G, G, W) temporary
+        shares = (ids == ids[:, j : j + 1]) & here[:, j : j + 1]  # (n_groups, G, W) row j has row i's token
+        net += shares * a[:, j, None, None]
+    return net.view(n, w)
+
+
+def guarded_weights(forward: Tensor, backward: Tensor, contested: Tensor, signs: Tensor) -> Tensor:
+    """λ under the guard: 0 on contested span tokens (both signs), 1 everywhere else. (N, T) in the signs' dtype."""
+    return _signed_weight(contested & (forward | backward), signs, 0.0, 0.0)  # (N, T)
 
 
 # Input checks of this module's functions (one host sync per call) -----------------------------------

@@ -62,6 +62,8 @@ def recorded_group(run_dir: str, step: int | None, group: int) -> tuple[dict, st
             }
         rows.append(row)
     applied = "applied by the loss" if meta["lambda_applied"] else "computed for the record only (not applied)"
+    if meta.get("conflict_guard"):  # records from before the guard have no such key
+        applied += "; conflict_guard: λ 0 on contested span tokens of either sign, 1 elsewhere"
     record = {
         "settings": {**meta, "step": step, "group": group},
         "initial_entropy": meta["initial_entropy"],

@@ -56,7 +56,8 @@ class CompletionRecorder:
         Args:
             output: TRL's generation output for this rank (gets `RECORD_ROW`).
             gathered: every rank's ``ids``, ``mask`` (N, T), ``advantages`` (N,), spans ``forward``/``backward``
-                (N, T) and ``group_size``, as `GTPOTrainer._gathered_spans` returns them.
+                (N, T), with ``conflict_guard`` its ``contested`` tokens (N, T), and ``group_size``, as
+                `GTPOTrainer._gathered_spans` returns them.
         """
         trainer = self.trainer
         n_local = output["completion_ids"].size(0)
@@ -78,6 +79,7 @@ class CompletionRecorder:
             "extra": {name: list(values)[-n:] for name, values in logs["extra"].items()},
             "images": list(logs["images"])[-n:] if logs["images"] else None,
             **{key: gathered[key].detach().cpu() for key in ("ids", "mask", "advantages", "forward", "backward")},
+            "contested": gathered["contested"].detach().cpu() if "contested" in gathered else None,
             "group_size": gathered["group_size"],
         }
 
@@ -145,7 +147,8 @@ class CompletionRecorder:
             batch["forward"][:n] & mask, batch["backward"][:n] & mask, adv.float(),
             args.conflict_positive_weight, args.conflict_combine, group_size=g,
             negative_weight=args.conflict_negative_weight, sides=args.conflict_span_sides,
-        )  # fmt: skip  # (n, T)
+            contested=None if batch["contested"] is None else batch["contested"][:n] & mask,
+        )  # fmt: skip  # (n, T) the loss's λ (Eq. 5, or the guard's)
         tokenizer = trainer._tokenizer
         weights = trainer.reward_weights.tolist()
         rewards = batch["rewards"]
@@ -184,6 +187,7 @@ class CompletionRecorder:
             "conflict_positive_weight": args.conflict_positive_weight,
             "conflict_negative_weight": args.conflict_negative_weight,
             "conflict_span_sides": args.conflict_span_sides,
+            "conflict_guard": args.conflict_guard,
             "entropy_filter": args.entropy_filter if args.gtpo_enabled else "never",
             "entropy_threshold": args.entropy_threshold,
             "entropy_gamma": args.entropy_gamma if args.gtpo_enabled else 0.0,

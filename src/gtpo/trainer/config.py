@@ -71,6 +71,7 @@ class GTPOConfig(GRPOConfig):
     - conflict correction only: `entropy_filter="never"`, `entropy_gamma=0.0`;
     - entropy terms only (GRPO + filter + γ): `conflict_correction=False`;
     - OnlyNeg filtering (appendix 13): `entropy_filter="negative_only"`;
+    - GTPO with the stall guard of issue 38 (protection without promotion, off by default): `conflict_guard=True`;
     - the authors' released code, bugs included: `authors_code=True` (`conflict_combine="product"`,
       `entropy_filter="always"`, `entropy_threshold=0.7`, `gtpo_aggregation="reference"`, `scale_rewards="none"`, and
       `conflict_count="max"`, `entropy_clamp=1e-6`, `logprob_temperature="model"` with `temperature=0.9`);
@@ -146,6 +147,21 @@ class GTPOConfig(GRPOConfig):
             "help": "Which conflict spans the correction acts on (Sec. 5.1): 'both' (the paper: the leading and the "
             "trailing span), or 'forward' / 'backward' alone (ablations).",
             "choices": list(SPAN_SIDES),
+        },
+    )
+    conflict_guard: bool = field(
+        default=False,
+        metadata={
+            "help": "Protect without promoting (issue 38; off: the paper's Eq. 5). Inside the conflict spans λ is 1 "
+            "where the advantages of the group's completions sharing the token at that aligned position sum to >= 0 "
+            "(the update GRPO gives it) and 0 where they sum to < 0 (no shared token pushed down), for both signs, "
+            "instead of 2 for positives and 0 for negatives (gtpo.core.contested_tokens). Why: in study E the "
+            "doubling promoted an opening that positive completions shared with negatives (the restated question) "
+            "over one only positives had, and the group converged on it (docs/study-gtpo-vs-grpo.md, 'The "
+            "mechanism'). Whether it prevents the stall, and at what cost against GRPO, is study F's question: "
+            "until F is analysed it is an option, not a recommendation. Replaces conflict_positive_weight, "
+            "conflict_negative_weight and conflict_combine (leave them at their defaults); conflict_span_sides "
+            "still chooses the spans."
         },
     )
     conflict_combine: str = field(

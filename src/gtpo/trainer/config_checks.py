@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
-from gtpo.core import registry
+from gtpo.core import paper, registry
 from gtpo.core.checks import check_entropy_threshold
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS
 from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES
@@ -33,6 +33,34 @@ def _check_number(name: str, value, *, minimum: float, strict: bool = False) -> 
         raise ValueError(f"GTPOConfig.{name}={value!r} must be a finite number {bound}.")
 
 
+def check_conflict_guard(config) -> None:
+    """`conflict_guard` sets λ itself (0 or 1): refuse the fields it replaces, and a guard that would not act."""
+    if not isinstance(config.conflict_guard, bool):
+        raise ValueError(f"GTPOConfig.conflict_guard must be True or False, got {config.conflict_guard!r}.")
+    if not config.conflict_guard:
+        return
+    if not config.conflict_correction:
+        raise ValueError(
+            "conflict_guard=True with conflict_correction=False: the guard changes the conflict correction's λ, so "
+            "there is nothing for it to act on; set conflict_correction=True, or conflict_guard=False."
+        )
+    if config.authors_code:
+        raise ValueError(
+            "conflict_guard=True with authors_code=True: the guard replaces the λ the authors' code computes; choose one."
+        )
+    replaced = {
+        "conflict_positive_weight": (config.conflict_positive_weight, paper.POSITIVE_WEIGHT),
+        "conflict_negative_weight": (config.conflict_negative_weight, paper.NEGATIVE_WEIGHT),
+        "conflict_combine": (config.conflict_combine, "union"),
+    }
+    for name, (value, default) in replaced.items():
+        if value != default:
+            raise ValueError(
+                f"conflict_guard=True with {name}={value!r}: the guard sets λ to 0 or 1 itself, so {name} would be "
+                f"ignored; leave it at {default!r}, or set conflict_guard=False."
+            )
+
+
 def validate_gtpo(config) -> None:
     """`GTPOConfig`'s GTPO fields, before TRL's own `__post_init__`: each bad value is one ValueError line."""
     _check_choice("algorithm", config.algorithm, ALGORITHMS)
@@ -52,6 +80,7 @@ def validate_gtpo(config) -> None:
         _check_number("entropy_clamp", config.entropy_clamp, minimum=0.0, strict=True)
     if not isinstance(config.authors_code, bool):
         raise ValueError(f"GTPOConfig.authors_code must be True or False, got {config.authors_code!r}.")
+    check_conflict_guard(config)
     check_entropy_threshold(config.entropy_threshold, "GTPOConfig.entropy_threshold")
     _check_number("entropy_gamma", config.entropy_gamma, minimum=0.0)
     if config.initial_entropy is not None:

@@ -6,7 +6,7 @@ transformers or vLLM, rewards and advantages, PEFT, accumulation, DeepSpeed/FSDP
 - `_generate_and_score_completions`: after TRL computed the advantages, conflict spans (Sec. 5.1) are
   computed over the batch gathered from every rank, where whole groups are visible, and this rank's
   rows are sliced back exactly as TRL slices the advantages. They travel as two extra (B, T) bool
-  tensors, which TRL's shuffle/split keeps aligned with the other per-row tensors.
+  tensors (three with `conflict_guard`), which TRL's shuffle/split keeps aligned with the other per-row tensors.
 - `_compute_loss`: the same single forward TRL runs (log-probs and entropies come from its fused LM
   head), then `gtpo.core.gtpo_loss`: λ weights (Eq. 5), the entropy filter δ (Eq. 6), the entropy term
   (Eq. 7), PPO clipping whenever TRL supplies π_θold (several iterations per batch, off-policy
@@ -46,20 +46,12 @@ logger = logging.getLogger(__name__)
 # Extra per-row tensors in the generation batch; TRL shuffles and splits them with the rest.
 FORWARD_SPAN = "gtpo_forward_span"
 BACKWARD_SPAN = "gtpo_backward_span"
+CONTESTED_SPAN = "gtpo_contested_span"  # the guard's tokens (conflict_guard; gtpo.core.contested_tokens)
+_SPAN_KEYS = {"forward": FORWARD_SPAN, "backward": BACKWARD_SPAN, "contested": CONTESTED_SPAN}
 
 # Optional model inputs TRL's `_compute_loss` forwards to `_get_per_token_logps_and_entropies`.
-_FORWARD_INPUT_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
+_FORWARD_INPUT_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                       "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")  # fmt: skip
 
 
 class GTPOTrainer(GRPOTrainer):
@@ -156,8 +148,9 @@ class GTPOTrainer(GRPOTrainer):
             if applied:
                 n_local, length = output["completion_ids"].shape
                 rows = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
-                output[FORWARD_SPAN] = gathered["forward"][rows, :length]  # TRL's process_slice
-                output[BACKWARD_SPAN] = gathered["backward"][rows, :length]
+                for name, key in _SPAN_KEYS.items():
+                    if name in gathered:
+                        output[key] = gathered[name][rows, :length]  # TRL's process_slice
             if recording:
                 self._recorder.on_generation(output, gathered)
         return output
@@ -181,8 +174,12 @@ class GTPOTrainer(GRPOTrainer):
             all_ids, all_mask, all_advantages, group_size, validate=validate
         )  # (N, T_max)
         self._span_inputs_checked.add(mode)
-        return {"ids": all_ids, "mask": all_mask, "advantages": all_advantages, "forward": forward,
-                "backward": backward, "group_size": group_size}  # fmt: skip
+        gathered = {"ids": all_ids, "mask": all_mask, "advantages": all_advantages, "forward": forward,
+                    "backward": backward, "group_size": group_size}  # fmt: skip
+        if self.args.conflict_guard:  # the guard's tokens, on the spans it acts on (whole groups, as the spans)
+            sided = core.SPAN_SIDES[self.args.conflict_span_sides](forward, backward)
+            gathered["contested"] = core.contested_tokens(all_ids, all_mask, all_advantages, group_size, *sided)
+        return gathered
 
     # ------------------------------------------------------------------ ⟨H⟩_ini
 
@@ -330,6 +327,7 @@ class GTPOTrainer(GRPOTrainer):
             inputs["advantages"],
             forward_span=inputs.get(FORWARD_SPAN),
             backward_span=inputs.get(BACKWARD_SPAN),
+            contested_span=inputs.get(CONTESTED_SPAN),
             old_per_token_logps=old_per_token_logps,
             ref_per_token_logps=inputs.get("ref_per_token_logps"),
             token_entropy=entropies,
