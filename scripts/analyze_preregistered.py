@@ -8,6 +8,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
     .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-d  # per-seed table
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
+    .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -30,6 +31,10 @@ arms of a seed). Test: McNemar's exact test on the pairs, one-sided (alternative
 conflict correction, arm ``gtpo``, than without, arm ``gtpo-nocc``), alpha = 0.05. A seed whose step-1 group had the
 full format cannot stall in either arm (step 1 precedes any update, so both arms' first groups are the same), so
 only the seeds whose first group lacked it can be discordant.
+
+Study F: study D's primary outcome with arms ``gtpo-guard`` and ``grpo`` (the paired gtpo-guard - grpo held-out pass@1
+difference, 95 % t-interval, two-sided), and as its registered secondary outcome E's stall rule (no full-format group
+in steps 1-15) applied to each arm's runs, with McNemar's exact p in each direction, descriptive.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ MAX_STEPS = 40
 ARMS = ("gtpo", "grpo")
 E_ARMS = ("gtpo", "gtpo-nocc")  # study E: with and without the conflict correction (Eq. 5)
 E_STEPS = 15
+F_ARMS = ("gtpo-guard", "grpo")  # study F: GTPO with the stall guard (conflict_guard) against GRPO
+F_PAIRS = 20
+D_SEED_SD = 17.6  # study D's SD of the paired pass@1 differences (points), F's power assumption
 FULL_FORMAT_MEAN = 1.25  # a group of 8 with one full-format completion (10 points) scores >= 10 / 8; none: <= 1.0
 STEP1_KEYS = ("rewards/format_reward/mean", "completions/mean_length", "reward")  # the same first group in both arms
 _REL_TOL = 1 + 1e-7  # ties of hypergeometric probabilities, as R and scipy treat them
@@ -326,11 +334,13 @@ def pass_at_1(run: Path) -> float | None:
         return None
 
 
-def study_d(study: Path) -> dict:
-    """Study D's primary outcome: the paired gtpo - grpo held-out pass@1 difference with its 95 % t-interval."""
-    scores = {arm: {s: pass_at_1(study / "runs" / arm / f"seed{s}") for s in _seeds(study, arm)} for arm in ARMS}
-    seeds = sorted(s for s in scores["gtpo"] if scores["gtpo"][s] is not None and scores["grpo"].get(s) is not None)
-    diffs = [scores["gtpo"][s] - scores["grpo"][s] for s in seeds]
+def study_d(study: Path, arms: tuple[str, str] = ARMS) -> dict:
+    """Study D's primary outcome: the paired arms[0] - arms[1] (gtpo - grpo) held-out pass@1 difference with its 95 %
+    t-interval, over the seeds where both arms are evaluated."""
+    first, second = arms
+    scores = {arm: {s: pass_at_1(study / "runs" / arm / f"seed{s}") for s in _seeds(study, arm)} for arm in arms}
+    seeds = sorted(s for s in scores[first] if scores[first][s] is not None and scores[second].get(s) is not None)
+    diffs = [scores[first][s] - scores[second][s] for s in seeds]
     result = {"seeds": seeds, "differences": diffs}
     if len(diffs) >= 2:
         interval = mean_interval(diffs)
@@ -447,6 +457,24 @@ def study_e(study: Path, arms: tuple[str, str] = E_ARMS, last_step: int = E_STEP
     return result
 
 
+def study_f(study: Path) -> dict:
+    """Study F: the primary outcome (study D's computation on arms gtpo-guard and grpo) and the registered secondary
+    one, E's stall rule per arm over steps 1-15 with McNemar's exact p in each direction (descriptive)."""
+    result = study_d(study, F_ARMS)
+    stall = study_e(study, F_ARMS)
+    only = stall["discordant"]
+    b, c = (len(only[f"{arm} only"]) for arm in F_ARMS)
+    result["secondary_stall"] = {
+        "pairs": stall["pairs"],
+        "stalled": stall["stalled"],
+        "discordant": only,
+        "first_group_without_full_format": stall["first_group_without_full_format"],
+        "p_one_sided_guard_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
+        "p_one_sided_grpo_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
+    }
+    return result
+
+
 E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
 E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
 
@@ -473,13 +501,20 @@ def power_table() -> list[str]:
     for n in E_POWER_PAIRS:
         powers = ", ".join(f"{a:.2f}/{b:.2f} {mcnemar_power(n, a, b):.3f}" for a, b in E_POWER_RATES)
         lines.append(f"  {n} such seeds, stall rates gtpo/gtpo-nocc: {powers}")
+    lines.append(f"Study F: two-sided paired t-test, {F_PAIRS} pairs, alpha 0.05, SD {D_SEED_SD} (study D's)")
+    lines.append(f"  t_0.975,{F_PAIRS - 1} = {t_quantile(0.975, F_PAIRS - 1):.4f}")
+    for n in (12, 16, 20, 24):  # F registers F_PAIRS of them
+        powers = ", ".join(f"{e:g} pts {paired_t_power(e, D_SEED_SD, n):.3f}" for e in (5, 10, 12.07, 15))
+        lines.append(f"  {n} pairs: 80 % power at {detectable_effect(D_SEED_SD, n):.1f} points; power at {powers}")
+    half = t_quantile(0.975, F_PAIRS - 1) * D_SEED_SD / math.sqrt(F_PAIRS)
+    lines.append(f"  {F_PAIRS} pairs: expected 95 % half-width {half:.1f} points")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "e", "power", "runs", "seeds", "heldout"))
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, runs, seeds, heldout)")
+    parser.add_argument("what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout"))
+    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
     args = parser.parse_args(argv)
     if args.what == "power":
         print("\n".join(power_table()))
@@ -489,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("runs", "seeds"):
         print("\n".join((runs_table if args.what == "runs" else seeds_table)(args.study)))
         return 0
-    result = {"c": study_c, "d": study_d, "e": study_e, "heldout": heldout}[args.what](args.study)
+    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))
     return 0
 

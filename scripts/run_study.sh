@@ -8,6 +8,8 @@
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-ablations   # exploratory: the correction's parts, 7 arms x 5 seeds
+#   scripts/run_study.sh smollm2-synthetic-lr1e-3-guard       # exploratory: the stall guard on C's stalled seeds
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -18,7 +20,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-f"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -93,6 +95,24 @@ case $name in
               --variant 'authors-code:--authors_code true'
               --seeds 100 104 105 108 110
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype float32) ;;
+    smollm2-synthetic-lr1e-3-guard)
+        # Exploratory (issue 38, item 4; no registration): does the stall guard (--conflict_guard: λ 0 on span tokens
+        # the group's advantages push down, 1 on the others) keep study C's stalled seeds from stalling? GTPO as
+        # shipped (the control: it must stall here too), GTPO with the guard, and GTPO without the correction, at C's
+        # settings for 15 steps (E's stall rule).
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'gtpo-guard:--conflict_guard true'
+              --variant 'gtpo-nocc:--conflict_correction false'
+              --seeds 100 104 105 108 110
+              --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype float32) ;;
+    smollm2-synthetic-lr2e-4-f)
+        # Study F, pre-registered in studies/smollm2-synthetic-lr2e-4-f/PREREGISTRATION.md: GTPO with the stall guard
+        # against GRPO at the recipe's learning rate, 20 fresh paired seeds, study D's held-out evaluation.
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo-guard:--conflict_guard true' --variant 'grpo:--algorithm grpo'
+              --seeds 300 301 302 303 304 305 306 307 308 309 310 311 312 313 314 315 316 317 318 319
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac

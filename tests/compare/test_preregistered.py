@@ -330,3 +330,55 @@ def test_per_seed_table_reproduces_study_a_documented_rows():
             for arm in ("gtpo", "grpo")
         )
         assert cells[4] == f"{gtpo - grpo:+.1f}"
+
+
+def test_study_f_primary_is_study_ds_computation_and_its_stall_secondary_counts_each_arm(tmp_path):
+    """Study F (issue 38, item 5): arms gtpo-guard and grpo. Differences +3 at two seeds and -1 at two: mean 1,
+    s = sqrt(4 * 4 / 3) = 2.3094, half-width t_{0.975,3} 3.182 * s / 2 = 3.6745. Stalls by E's rule (no format mean
+    >= 1.25 in steps 1-15): grpo at seed 301 only, one discordant pair: P(B >= 1) = 0.5 for B ~ Bin(1, 1/2) that grpo
+    stalls more, P(B >= 0) = 1 that the guard does."""
+    study = tmp_path / "f"
+    for seed, (guard, grpo) in zip(range(300, 304), ((0.43, 0.40), (0.43, 0.40), (0.39, 0.40), (0.39, 0.40)), strict=True):
+        for arm, p1 in (("gtpo-guard", guard), ("grpo", grpo)):
+            stalled = arm == "grpo" and seed == 301
+            _format_run(study, arm, seed, [1.0] * 40 if stalled else [1.0] + [10.0] * 39)
+            (study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic").mkdir(parents=True)
+            results = {"pass@k": {"1": p1, "8": 1.0}}
+            (study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic" / "results.json").write_text(json.dumps(results))
+    result = analysis.study_f(study)
+    half = 3.182 * math.sqrt(16 / 3) / 2
+    assert result["seeds"] == [300, 301, 302, 303] and result["mean"] == pytest.approx(1.0)
+    assert (result["low"], result["high"]) == (pytest.approx(1 - half, abs=1e-3), pytest.approx(1 + half, abs=1e-3))
+    stall = result["secondary_stall"]
+    assert stall["pairs"] == 4 and stall["stalled"] == {"gtpo-guard": [], "grpo": [301]}
+    assert stall["first_group_without_full_format"] == [300, 301, 302, 303]
+    assert stall["p_one_sided_grpo_stalls_more"] == pytest.approx(0.5)  # P(B >= 1), B ~ Bin(1, 1/2)
+    assert stall["p_one_sided_guard_stalls_more"] == pytest.approx(1.0)
+
+
+def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered():
+    """PREREGISTRATION.md's power table is the script's, and run_study.sh starts study F with the registered arms,
+    seeds, steps, dtype, evaluation and pinned recipe (the recipe's learning rate)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "compare"))
+    from test_study_script import _study_arguments
+
+    name = "smollm2-synthetic-lr2e-4-f"
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    for n in (16, analysis.F_PAIRS):
+        assert f"{analysis.detectable_effect(analysis.D_SEED_SD, n):.1f} points" in text, n
+        assert f"{analysis.paired_t_power(12.07, analysis.D_SEED_SD, n):.3f}" in text, n
+        assert f"{analysis.paired_t_power(10, analysis.D_SEED_SD, n):.3f}" in text, n
+    assert f"{analysis.t_quantile(0.975, analysis.F_PAIRS - 1):.3f}" in text
+    assert "**300–319, 20 pairs**" in text and "**α = 0.05**" in text and analysis.F_PAIRS == 20
+    words = _study_arguments(name)
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == [
+        "gtpo-guard:--conflict_guard true", "grpo:--algorithm grpo"
+    ]  # fmt: skip
+    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == list(range(300, 320))
+    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
+    evaluation = words[words.index("--eval") : words.index("--")]
+    assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")
+    assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
+    assert "--max_steps 40 --dtype float32" in text and analysis.F_ARMS == ("gtpo-guard", "grpo")
