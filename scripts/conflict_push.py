@@ -9,11 +9,13 @@ text, and two sums over the forward-span positions of all completions:
   (λ from the record: 2 on a positive's span token, 0 on a negative's);
 - ``plain``: the same with λ = 1, what GRPO (or GTPO without the correction) gives those very tokens. With group-
   normalised advantages this is near 0 where positives and negatives share the opening; the correction makes it
-  2 · Σ_{positives} A'_i · |span|, all positive.
+  2 · Σ_{positives} A'_i · |span|, all positive;
+- ``guard``: the same with the stall guard's λ (`conflict_guard`: 0 on span tokens whose sharers' advantages sum
+  below 0, 1 on the others; `gtpo.core.contested_tokens` on the recorded ids and A_i), what the guard would give.
 
     .venv/bin/python scripts/conflict_push.py studies/smollm2-synthetic-lr1e-3-e/runs/gtpo/seed200 [--steps 1 5]
 
-Reads the records only (no model). Each line: ``step R=[rewards] push P plain Q  fw 'text'  bw 'text'``.
+Reads the records only (no model). Each line: ``step R=[rewards] push P plain Q guard U  fw 'text'  bw 'text'``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gtpo.runs import completions as records  # noqa: E402
 
 
+def guard_lambda(c: dict, group_size: int) -> list[list[float]]:
+    """Per recorded row, the guard's λ over its tokens, from the record's ids, A_i and span lengths."""
+    import torch
+
+    from gtpo import core
+
+    ids = c["completion_ids"]
+    t = max(len(row) for row in ids)
+    tokens = torch.tensor([row + [0] * (t - len(row)) for row in ids])  # (n, T)
+    mask = torch.tensor([[True] * len(row) + [False] * (t - len(row)) for row in ids])  # (n, T)
+    pos = torch.arange(t)
+    lengths = mask.sum(-1, keepdim=True)  # (n, 1)
+    fw = pos < torch.tensor(c["forward_span"]).unsqueeze(-1)  # (n, T)
+    bw = (pos >= lengths - torch.tensor(c["backward_span"]).unsqueeze(-1)) & mask  # (n, T)
+    adv = torch.tensor(c["advantage"], dtype=torch.float32)
+    contested = core.contested_tokens(tokens, mask, adv, group_size, fw, bw)
+    lam = core.conflict_weights(fw, bw, adv, group_size=group_size, contested=contested)  # (n, T)
+    return [lam[i, : len(row)].tolist() for i, row in enumerate(ids)]
+
+
 def step_summary(step_record: dict) -> dict:
     """The push on the forward spans of one recorded step (all its recorded groups), and their texts."""
     c = step_record["columns"]
-    push = plain = 0.0
+    guard_lam = guard_lambda(c, int(step_record["metadata"]["group_size"]))
+    push = plain = guard = 0.0
     shown, shown_key = None, None  # the row whose spans are printed: the longest forward span, positives first
     for i, tokens in enumerate(c["completion_tokens"]):
         used = c["advantage_used"][i] or 0.0  # None where the loss had not run on the row by the logging step
@@ -38,6 +61,7 @@ def step_summary(step_record: dict) -> dict:
         lam = records.lambda_row(c["lambda_positions"][i], c["lambda_values"][i], len(tokens))
         push += sum(lam[:fw]) * used
         plain += fw * used
+        guard += sum(guard_lam[i][:fw]) * used
         key = (fw, c["advantage"][i] > 0)
         if shown_key is None or key > shown_key:
             shown, shown_key = i, key
@@ -46,6 +70,7 @@ def step_summary(step_record: dict) -> dict:
         "rewards": c["reward"],
         "push": push,
         "plain": plain,
+        "guard": guard,
         "forward": "".join(tokens[: c["forward_span"][shown]]),
         "backward": "".join(tokens[len(tokens) - c["backward_span"][shown] :]),
     }
@@ -67,7 +92,7 @@ def main(argv=None) -> None:
             s = step_summary(records.read_step(run, step))
             rewards = "[" + " ".join(f"{r:g}" for r in s["rewards"]) + "]"
             print(
-                f"{step:3d} R={rewards}  push {s['push']:+7.2f} plain {s['plain']:+7.2f}  "
+                f"{step:3d} R={rewards}  push {s['push']:+7.2f} plain {s['plain']:+7.2f} guard {s['guard']:+7.2f}  "
                 f"fw {s['forward']!r}  bw {s['backward']!r}"
             )
 

@@ -24,6 +24,7 @@ def test_push_is_the_lambda_weighted_advantage_on_the_forward_spans(tmp_path, ca
         "advantage": [1.0, -1.0],
         "advantage_used": [1.0, -1.0],
         "completion_tokens": [["a", " b", " c", "<eos>"], ["a", " b", " d", "<eos>"]],
+        "completion_ids": [[1, 2, 3, 9], [1, 2, 4, 9]],
         "forward_span": [2, 2],
         "backward_span": [1, 1],
         "lambda_positions": [[0, 1, 3], [0, 1, 3]],
@@ -35,6 +36,30 @@ def test_push_is_the_lambda_weighted_advantage_on_the_forward_spans(tmp_path, ca
     records.write_step(tmp_path, 1, columns, meta)
     summary = _script().step_summary(records.read_step(tmp_path, 1))
     assert summary["push"] == pytest.approx(4.0) and summary["plain"] == pytest.approx(0.0)
+    assert summary["guard"] == pytest.approx(0.0)  # S = +1 - 1 = 0 on 'a b': not contested, λ = 1, as plain
     assert summary["forward"] == "a b" and summary["backward"] == "<eos>"
     _script().main([str(tmp_path)])
-    assert "push   +4.00 plain   +0.00  fw 'a b'  bw '<eos>'" in capsys.readouterr().out
+    assert "push   +4.00 plain   +0.00 guard   +0.00  fw 'a b'  bw '<eos>'" in capsys.readouterr().out
+
+
+def test_guard_push_is_zero_on_an_opening_the_group_pushes_down(tmp_path):
+    """Rows 0 (A = +1), 1 and 2 (A = -1) share 'a b'; row 3 (A = +1) opens 'x y'. By hand: S on 'a b' = 1 - 2 < 0, so
+    the guard sets λ 0 there for all three: guard = 0; plain = 2·(1 - 1 - 1) = -2; Eq. 5: 2·2·(+1) = 4."""
+    columns = {
+        "reward": [1.0, 0.0, 0.0, 1.0],
+        "advantage": [1.0, -1.0, -1.0, 1.0],
+        "advantage_used": [1.0, -1.0, -1.0, 1.0],
+        "completion_tokens": [["a", " b", " c"], ["a", " b", " d"], ["a", " b", " e"], ["x", " y", " z"]],
+        "completion_ids": [[1, 2, 3], [1, 2, 4], [1, 2, 5], [6, 7, 8]],
+        "forward_span": [2, 2, 2, 0],
+        "backward_span": [0, 0, 0, 0],
+        "lambda_positions": [[0, 1], [0, 1], [0, 1], []],
+        "lambda_values": [[2.0, 2.0], [0.0, 0.0], [0.0, 0.0], []],
+        "group": [0, 0, 0, 0],
+    }
+    meta = dict.fromkeys(records.METADATA_FIELDS)
+    meta.update(lambda_applied=True, group_size=4)
+    records.write_step(tmp_path, 1, columns, meta)
+    summary = _script().step_summary(records.read_step(tmp_path, 1))
+    assert summary["push"] == pytest.approx(4.0) and summary["plain"] == pytest.approx(-2.0)
+    assert summary["guard"] == pytest.approx(0.0)
