@@ -14,6 +14,7 @@ text, and two sums over the forward-span positions of all completions:
   below 0, 1 on the others; `gtpo.core.contested_tokens` on the recorded ids and A_i), what the guard would give.
 
     .venv/bin/python scripts/conflict_push.py studies/smollm2-synthetic-lr1e-3-e/runs/gtpo/seed200 [--steps 1 5]
+    .venv/bin/python scripts/conflict_push.py --table studies/smollm2-synthetic-lr1e-3-e/runs/*/seed*   # per run
 
 Reads the records only (no model). Each line: ``step R=[rewards] push P plain Q guard U  fw 'text'  bw 'text'``.
 """
@@ -76,11 +77,55 @@ def step_summary(step_record: dict) -> dict:
     }
 
 
+FULL_FORMAT = 10.0  # the format reward of a completion in the full format (partial credit: 1; study E's rule)
+
+
+def run_row(run: str | Path, last_step: int = 15) -> dict:
+    """One run's mechanism figures over steps 1..last_step of its record: whether it stalled (no completion with the
+    full format, study E's rule read from the record), its step-1 forward span, the first step whose eight rewards
+    were all equal (no gradient left), and push / plain / guard summed over the steps before that step (or all)."""
+    steps = [t for t in records.recorded_steps(run) if t <= last_step]
+    summaries = {t: step_summary(records.read_step(run, t)) for t in steps}
+    formats = {t: records.read_step(run, t)["columns"].get("format_reward") or [] for t in steps}
+    full = next((t for t in steps if any(f is not None and f >= FULL_FORMAT for f in formats[t])), None)
+    flat = next((t for t in steps if len(set(summaries[t]["rewards"])) == 1), None)
+    before = [t for t in steps if flat is None or t < flat]
+    return {
+        "run": str(run),
+        "steps": len(steps),
+        "stalled": full is None,
+        "first_full_format": full,
+        "opening": summaries[steps[0]]["forward"] if steps else "",
+        "first_flat_step": flat,
+        **{key: sum(summaries[t][key] for t in before) for key in ("push", "plain", "guard")},
+    }
+
+
+def table(runs: list[str], last_step: int = 15) -> list[str]:
+    """The per-run rows of `run_row` as a markdown table."""
+    lines = [
+        "| run | stalled | first full format | step-1 shared opening | first all-equal step | push | plain | guard |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run_row(run, last_step)
+        opening = r["opening"].replace("\n", "⏎").replace("|", "\\|")
+        lines.append(
+            f"| {r['run']} | {'yes' if r['stalled'] else 'no'} | {r['first_full_format'] or '—'} | `{opening}` | "
+            f"{r['first_flat_step'] or '—'} | {r['push']:+.1f} | {r['plain']:+.1f} | {r['guard']:+.1f} |"
+        )
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run folders with a completions/ record")
     parser.add_argument("--steps", type=int, nargs=2, metavar=("FIRST", "LAST"), help="only these steps")
+    parser.add_argument("--table", action="store_true", help="one markdown row per run (`run_row`), steps 1-15")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(table(args.runs)))
+        return
     for run in args.runs:
         steps = records.recorded_steps(run)
         if steps and not records.read_step(run, steps[0])["metadata"]["lambda_applied"]:
