@@ -51,6 +51,31 @@ def test_overlapping_spans_give_4_under_product_and_2_under_union():
     assert result.lambda_union[1].tolist() == [0, 0, 0, 0] == result.lambda_product[1].tolist()
 
 
+def test_guard_lambda_keeps_fig9s_tags_and_zeroes_an_opening_the_group_pushes_down(tmp_path):
+    """The stall guard's view (conflict_guard). Fig. 9: the opening tag and the closing tag are held by all three
+    completions, so their advantages sum to 0: not contested, λ = 1 (GRPO's update). A group where one positive shares
+    its opening "Q =" with two negatives: S = a - 2a < 0, λ 0 there for all three; the other positive keeps λ = 1."""
+    ids, mask, rewards, _ = hand_group(FIG9)
+    assert analyse_group(ids, mask, rewards).lambda_guard.eq(1).all()
+    ids, mask, rewards, _ = hand_group([(1.0, "Q = 5"), (0.0, "Q = 6"), (0.0, "Q = 7"), (1.0, "< r > 5")])
+    result = analyse_group(ids, mask, rewards)
+    assert result.lambda_union[0, :3].tolist() == [2, 2, 1] and result.lambda_union[1, :3].tolist() == [0, 0, 1]
+    assert result.lambda_guard[:3, :2].eq(0).all() and result.lambda_guard[:3, 2].eq(1).all()
+    assert result.lambda_guard[3].eq(1).all()
+    record = to_record(result, "q", ["Q = 5", "Q = 6", "Q = 7", "< r > 5"], [["Q", "=", "5"], ["Q", "=", "6"],
+                       ["Q", "=", "7"], ["<", "r", ">", "5"]], {}, {})  # fmt: skip
+    assert record["completions"][0]["lambda_guard"] == [0.0, 0.0, 1.0]
+    assert "0 contested span token" in terminal_text(record, combine="guard").splitlines()[0]
+    # A recipe with conflict_guard: true shows the guard's λ unless another view is asked for.
+    from gtpo.cli.inspect import parse_inspect_args, settings_from
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("conflict_guard: true\nlearning_rate: 1.0e-3\n")
+    assert settings_from(parse_inspect_args(["--config", str(recipe)]))["combine"] == "guard"
+    assert settings_from(parse_inspect_args(["--config", str(recipe), "--combine", "union"]))["combine"] == "union"
+    assert settings_from(parse_inspect_args([]))["combine"] == "union"
+
+
 def test_advantages_follow_trl_scale_rewards():
     rewards = torch.tensor([20.0, 10.0, 20.0])
     mean, std = 50 / 3, math.sqrt(((20 - 50 / 3) ** 2 * 2 + (10 - 50 / 3) ** 2) / 2)  # unbiased, as TRL's nanstd

@@ -113,7 +113,14 @@ class InspectArguments:
     )
     combine: str | None = field(
         default=None,
-        metadata={"choices": ("union", "product"), "help": "λ shown in colour (both are in the JSON; default union)"},
+        metadata={
+            "choices": ("union", "product", "guard"),
+            "help": "λ shown in colour: union (paper text), product (authors' code) or guard (conflict_guard); all "
+            "three are in the JSON (default union, guard with --guard or a recipe's conflict_guard: true)",
+        },
+    )
+    guard: bool | None = field(
+        default=None, metadata={"help": "show the stall guard's λ (a recipe's conflict_guard; default false)"}
     )
     positive_weight: float | None = field(
         default=None,
@@ -174,6 +181,8 @@ def settings_from(args: InspectArguments) -> dict:
     """DEFAULTS, then what --config and the flags set."""
     settings = dict(DEFAULTS)
     settings.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
+    if settings["guard"] and args.combine is None:
+        settings["combine"] = "guard"  # a guarded run's λ, unless a view is asked for
     if settings["num_generations"] < 2:
         raise InvalidInput(
             f"-G must be at least 2 (a group needs two completions to compare), got {settings['num_generations']}"

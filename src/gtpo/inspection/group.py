@@ -37,6 +37,7 @@ RECIPE_KEYS = {
     "reward_funcs": "reward_funcs",
     "conflict_combine": "combine",
     "conflict_positive_weight": "positive_weight",
+    "conflict_guard": "guard",
     "entropy_filter": "entropy_filter",
     "entropy_threshold": "entropy_threshold",
     "entropy_gamma": "gamma",
@@ -59,6 +60,7 @@ DEFAULTS = dict(
     reward_funcs=["format", "accuracy"],
     combine="union",
     positive_weight=paper.POSITIVE_WEIGHT,
+    guard=False,
     entropy_filter="auto",
     entropy_threshold=paper.ENTROPY_THRESHOLD,
     gamma=paper.GAMMA,
@@ -100,6 +102,7 @@ class GroupAnalysis:
     backward: Tensor  # (G, T) bool M^bw
     lambda_union: Tensor  # (G, T)
     lambda_product: Tensor  # (G, T)
+    lambda_guard: Tensor  # (G, T) the stall guard's λ (conflict_guard)
     mask: Tensor  # (G, T) bool valid tokens
     token_entropy: Tensor | None = None  # (G, T) nats, temperature 1
     mean_entropy: Tensor | None = None  # (G,) ⟨H⟩_i
@@ -121,7 +124,7 @@ def analyse_group(
     initial_entropy: float | None = None,
     gamma: float = paper.GAMMA,
 ) -> GroupAnalysis:
-    """Advantages, spans, λ (union and product) and, given per-token entropies, ⟨H⟩_i, δ_i and A'_i.
+    """Advantages, spans, λ (union, product and the stall guard's) and, given per-token entropies, ⟨H⟩_i, δ_i and A'_i.
 
     ``initial_entropy`` (⟨H⟩_ini of Eq. 6) defaults to the group's own mean ⟨H⟩ when the filter needs it.
     """
@@ -138,6 +141,10 @@ def analyse_group(
         backward=backward,
         lambda_union=core.conflict_weights(forward, backward, advantages, positive_weight, "union"),
         lambda_product=core.conflict_weights(forward, backward, advantages, positive_weight, "product"),
+        lambda_guard=core.conflict_weights(
+            forward, backward, advantages, group_size=g,
+            contested=core.contested_tokens(completion_ids, mask, advantages, g, forward, backward),
+        ),  # fmt: skip
         mask=mask,
     )
     if token_entropy is not None:

@@ -27,7 +27,7 @@ def recorded_group(run_dir: str, step: int | None, group: int) -> tuple[dict, st
 
     Returns:
         (record, combine): the record `render.terminal_text` and `render.plot_group` take, and the run's
-        ``conflict_combine`` (the λ shown).
+        ``conflict_combine`` (the λ shown; ``guard`` for a run with ``conflict_guard``).
     """
     if step is None:
         steps = record_files.recorded_steps(run_dir)
@@ -39,7 +39,7 @@ def recorded_group(run_dir: str, step: int | None, group: int) -> tuple[dict, st
     groups = sorted(set(columns["group"]))
     if group not in groups:
         raise InvalidInput(f"--index {group}: step {step} of {run_dir} recorded groups {groups[0]}..{groups[-1]}")
-    combine = meta["conflict_combine"]
+    combine = "guard" if meta.get("conflict_guard") else meta["conflict_combine"]  # older records: no such key
     rows = []
     for i in (i for i, g in enumerate(columns["group"]) if g == group):
         tokens = columns["completion_tokens"][i]
@@ -62,8 +62,6 @@ def recorded_group(run_dir: str, step: int | None, group: int) -> tuple[dict, st
             }
         rows.append(row)
     applied = "applied by the loss" if meta["lambda_applied"] else "computed for the record only (not applied)"
-    if meta.get("conflict_guard"):  # records from before the guard have no such key
-        applied += "; conflict_guard: λ 0 on contested span tokens of either sign, 1 elsewhere"
     record = {
         "settings": {**meta, "step": step, "group": group},
         "initial_entropy": meta["initial_entropy"],

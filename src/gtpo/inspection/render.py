@@ -54,6 +54,7 @@ def to_record(analysis, prompt, texts: list[str], tokens: list[list[str]], parts
             "backward_span_len": int(analysis.backward[i].sum()),
             "lambda_union": _values(analysis.lambda_union[i], n),
             "lambda_product": _values(analysis.lambda_product[i], n),
+            "lambda_guard": _values(analysis.lambda_guard[i], n),
         }
         if analysis.token_entropy is not None:
             row |= {
@@ -103,9 +104,11 @@ def _token_line(row: dict, combine: str, color: bool) -> str:
 
 def terminal_text(record: dict, combine: str = "union", color: bool = False) -> str:
     """One summary line per completion (reward, A, ⟨H⟩_i, δ_i, A'_i, span lengths), then its tokens."""
+    meanings = ((0.0, "negative in a span"), (2.0, "positive in a span"), (4.0, "positive in both (product)"))
+    if combine == "guard":  # conflict_guard: 0 where the sharers' advantages sum below 0, either sign
+        meanings = ((0.0, "contested span token (either sign; conflict_guard)"),)
     legend = "λ: " + " ".join(
-        (f"{ANSI[v]} {v:g} {ANSI_RESET}" if color else f"{v:g}") + f" {what}"
-        for v, what in ((0.0, "negative in a span"), (2.0, "positive in a span"), (4.0, "positive in both (product)"))
+        (f"{ANSI[v]} {v:g} {ANSI_RESET}" if color else f"{v:g}") + f" {what}" for v, what in meanings
     )
     lines = [
         f"gtpo inspect: {len(record['completions'])} completions; λ by {combine}; "
