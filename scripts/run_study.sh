@@ -9,6 +9,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-ablations   # exploratory: the correction's parts, 7 arms x 5 seeds
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-guard       # exploratory: the stall guard on C's stalled seeds
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4-d-rerun     # exploratory: D's two failed GTPO seeds, recorded
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
@@ -20,7 +21,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-f"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -105,6 +106,13 @@ case $name in
               --variant 'gtpo-nocc:--conflict_correction false'
               --seeds 100 104 105 108 110
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype float32) ;;
+    smollm2-synthetic-lr2e-4-d-rerun)
+        # Exploratory (issue 38, item 3; no registration): study D's two failed GTPO seeds at D's settings (the recipe's
+        # lr 2e-4, 40 steps, float32), now with their completions on record: 105 (the partial-format stall) and 110
+        # (format learned, accuracy lost); GTPO as shipped (its first steps must match D's) and with the guard.
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'gtpo-guard:--conflict_guard true'
+              --seeds 105 110 --save-steps 5 -- --max_steps 40 --dtype float32) ;;
     smollm2-synthetic-lr2e-4-f)
         # Study F, pre-registered in studies/smollm2-synthetic-lr2e-4-f/PREREGISTRATION.md: GTPO with the stall guard
         # against GRPO at the recipe's learning rate, 20 fresh paired seeds, study D's held-out evaluation.

@@ -277,3 +277,14 @@ def test_the_guard_screen_runs_c_stalled_seeds_with_the_guard_beside_its_control
     guard = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], conflict_guard=True)
     nocc = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], conflict_correction=False)
     assert guard.conflict_guard and guard.conflict_correction and not nocc.conflict_correction
+
+
+def test_the_d_rerun_runs_ds_failed_gtpo_seeds_at_ds_settings():
+    """Exploratory (issue 38, item 3): D's gtpo seeds 105 (stalled) and 110 (accuracy lost) at D's settings, recorded,
+    GTPO as shipped and with the guard."""
+    words = _study_arguments("smollm2-synthetic-lr2e-4-d-rerun")
+    d = _study_arguments("smollm2-synthetic-lr2e-4-d")
+    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == [105, 110]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == ["gtpo:", "gtpo-guard:--conflict_guard true"]
+    assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
+    assert d[d.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "$dtype_cd"] and "--eval" not in words
