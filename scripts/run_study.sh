@@ -99,11 +99,10 @@ case $name in
     smollm2-synthetic-lr1e-3-guard)
         # Exploratory (issue 38, item 4; no registration): does the stall guard (--conflict_guard: λ 0 on span tokens
         # the group's advantages push down, 1 on the others) keep study C's stalled seeds from stalling? GTPO as
-        # shipped (the control: it must stall here too), GTPO with the guard, and GTPO without the correction, at C's
-        # settings for 15 steps (E's stall rule).
+        # shipped (the control: it must stall here too) and GTPO with the guard, at C's settings for 15 steps (E's
+        # stall rule). GTPO without the correction at these seeds: C's post-hoc runs, and E's gtpo-nocc arm.
         recipe=$pinned_recipe
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'gtpo-guard:--conflict_guard true'
-              --variant 'gtpo-nocc:--conflict_correction false'
               --seeds 100 104 105 108 110
               --save-steps 5 -- --learning_rate 1e-3 --max_steps 15 --dtype float32) ;;
     smollm2-synthetic-lr2e-4-d-rerun)

@@ -260,8 +260,7 @@ def test_the_ablation_study_runs_c_stalled_seeds_with_one_flag_each(tmp_path):
 
 def test_the_guard_screen_runs_c_stalled_seeds_with_the_guard_beside_its_controls(tmp_path):
     """The exploratory guard screen (issue 38, item 4): study C's stalled GTPO seeds at C's learning rate for 15 steps
-    (E's stall window), GTPO as shipped, with the guard and without the correction; each arm's flags build the
-    GTPOConfig they are named for."""
+    (E's stall window), GTPO as shipped and with the guard; each arm's flags build the GTPOConfig they are named for."""
     from cli_helpers import load_script
     from gtpo import GTPOConfig
 
@@ -273,10 +272,9 @@ def test_the_guard_screen_runs_c_stalled_seeds_with_the_guard_beside_its_control
     assert seeds == c["stalled"]["gtpo"]
     assert words[words.index("--") + 1 :] == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "float32"]
     variants = dict(v.partition(":")[::2] for v in (words[i + 1] for i, w in enumerate(words) if w == "--variant"))
-    assert variants == {"gtpo": "", "gtpo-guard": "--conflict_guard true", "gtpo-nocc": "--conflict_correction false"}
+    assert variants == {"gtpo": "", "gtpo-guard": "--conflict_guard true"}
     guard = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], conflict_guard=True)
-    nocc = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], conflict_correction=False)
-    assert guard.conflict_guard and guard.conflict_correction and not nocc.conflict_correction
+    assert guard.conflict_guard and guard.conflict_correction
 
 
 def test_the_d_rerun_runs_ds_failed_gtpo_seeds_at_ds_settings():
