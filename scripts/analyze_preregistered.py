@@ -8,6 +8,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
     .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-d  # per-seed table
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
+    .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
     .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
@@ -515,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout"))
     parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
+    parser.add_argument("--arms", nargs=2, metavar=("A", "B"), help="with e: E's stall rule on two other arms")
     args = parser.parse_args(argv)
+    if args.arms and args.what != "e":
+        parser.error("--arms goes with e")
     if args.what == "power":
         print("\n".join(power_table()))
         return 0
@@ -523,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.what} needs the study folder")
     if args.what in ("runs", "seeds"):
         print("\n".join((runs_table if args.what == "runs" else seeds_table)(args.study)))
+        return 0
+    if args.what == "e" and args.arms:
+        print(json.dumps(study_e(args.study, arms=tuple(args.arms)), indent=2))
         return 0
     result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))

@@ -382,3 +382,16 @@ def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")
     assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
     assert "--max_steps 40 --dtype float32" in text and analysis.F_ARMS == ("gtpo-guard", "grpo")
+
+
+def test_e_with_arms_applies_the_stall_rule_to_two_other_arms(tmp_path, capsys):
+    """`analyze_preregistered.py e STUDY --arms A B` (the exploratory guard screen): E's rule on arms A and B."""
+    study = tmp_path / "screen"
+    _format_run(study, "gtpo", 100, [1.0] * 15)
+    _format_run(study, "gtpo-guard", 100, [1.0, 1.0, 10.0] + [10.0] * 12)
+    assert analysis.main(["e", str(study), "--arms", "gtpo", "gtpo-guard"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["stalled"] == {"gtpo": [100], "gtpo-guard": []}
+    assert result["first_full_format_step"] == {"gtpo": {"100": None}, "gtpo-guard": {"100": 3}}
+    with pytest.raises(SystemExit):
+        analysis.main(["d", str(study), "--arms", "gtpo", "gtpo-guard"])
