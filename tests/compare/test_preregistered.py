@@ -338,13 +338,15 @@ def test_study_f_primary_is_study_ds_computation_and_its_stall_secondary_counts_
     >= 1.25 in steps 1-15): grpo at seed 301 only, one discordant pair: P(B >= 1) = 0.5 for B ~ Bin(1, 1/2) that grpo
     stalls more, P(B >= 0) = 1 that the guard does."""
     study = tmp_path / "f"
-    for seed, (guard, grpo) in zip(range(300, 304), ((0.43, 0.40), (0.43, 0.40), (0.39, 0.40), (0.39, 0.40)), strict=True):
+    pass_at_1 = ((0.43, 0.40), (0.43, 0.40), (0.39, 0.40), (0.39, 0.40))  # (gtpo-guard, grpo) per seed
+    for seed, (guard, grpo) in zip(range(300, 304), pass_at_1, strict=True):
         for arm, p1 in (("gtpo-guard", guard), ("grpo", grpo)):
             stalled = arm == "grpo" and seed == 301
             _format_run(study, arm, seed, [1.0] * 40 if stalled else [1.0] + [10.0] * 39)
             (study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic").mkdir(parents=True)
             results = {"pass@k": {"1": p1, "8": 1.0}}
-            (study / "runs" / arm / f"seed{seed}" / "eval" / "synthetic" / "results.json").write_text(json.dumps(results))
+            run = study / "runs" / arm / f"seed{seed}"
+            (run / "eval" / "synthetic" / "results.json").write_text(json.dumps(results))
     result = analysis.study_f(study)
     half = 3.182 * math.sqrt(16 / 3) / 2
     assert result["seeds"] == [300, 301, 302, 303] and result["mean"] == pytest.approx(1.0)

@@ -283,6 +283,7 @@ def test_the_d_rerun_runs_ds_failed_gtpo_seeds_at_ds_settings():
     words = _study_arguments("smollm2-synthetic-lr2e-4-d-rerun")
     d = _study_arguments("smollm2-synthetic-lr2e-4-d")
     assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == [105, 110]
-    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == ["gtpo:", "gtpo-guard:--conflict_guard true"]
+    variants = [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
+    assert variants == ["gtpo:", "gtpo-guard:--conflict_guard true"]
     assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
     assert d[d.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "$dtype_cd"] and "--eval" not in words

@@ -35,12 +35,16 @@ def _brute_force_contested(rows, adv, g, forward, backward) -> list[set[int]]:
         tol = g * ZERO_ADVANTAGE_RTOL * scale
         marked = set()
         for p in range(int(forward[i].sum())):
-            s = sum(a for j, a in zip(group, signed) if p < len(rows[j]) and rows[j][p] == row[p])
+            s = sum(a for j, a in zip(group, signed, strict=True) if p < len(rows[j]) and rows[j][p] == row[p])
             if s < -tol:
                 marked.add(p)
         for r in range(int(backward[i].sum())):
             tok = row[len(row) - 1 - r]
-            s = sum(a for j, a in zip(group, signed) if r < len(rows[j]) and rows[j][len(rows[j]) - 1 - r] == tok)
+            s = sum(
+                a
+                for j, a in zip(group, signed, strict=True)
+                if r < len(rows[j]) and rows[j][len(rows[j]) - 1 - r] == tok
+            )
             if s < -tol:
                 marked.add(len(row) - 1 - r)
         out.append(marked)
@@ -139,8 +143,8 @@ def test_guard_loss_is_the_definition_and_changes_nothing_where_nothing_is_conte
     inputs = _inputs(rows, adv)
     assert inputs["contested_span"].any()  # the control: this group contests its opening
     # By definition: the guard is Eq. 5 with M := contested tokens and both weights 0.
-    definition = dict(inputs, forward_span=inputs["contested_span"], backward_span=torch.zeros_like(inputs["contested_span"]),
-                      contested_span=None)  # fmt: skip
+    contested = inputs["contested_span"]
+    definition = dict(inputs, forward_span=contested, backward_span=torch.zeros_like(contested), contested_span=None)
     loss, grad = _loss_and_grad(**inputs)
     ref_loss, _ = gtpo_loss(
         LossInputs(**{**definition, "per_token_logps": definition["per_token_logps"].detach()}),

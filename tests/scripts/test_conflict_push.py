@@ -67,7 +67,8 @@ def test_guard_push_is_zero_on_an_opening_the_group_pushes_down(tmp_path):
 
 def test_table_row_sums_the_steps_before_the_group_went_flat_and_reads_the_stall_from_the_record(tmp_path):
     """Step 1: the first test's group (push 4, plain 0, guard 0), partial format credit only (1 and 0); step 2: both
-    rewards equal (flat). By hand: stalled (no completion scored the full format, 10), first flat step 2, sums = step 1's."""
+    rewards equal (flat). By hand: stalled (no completion scored the full format, 10), first flat step 2, sums =
+    step 1's."""
     base = {
         "advantage": [1.0, -1.0], "advantage_used": [1.0, -1.0],
         "completion_tokens": [["a", " b", " c", "<eos>"], ["a", " b", " d", "<eos>"]],

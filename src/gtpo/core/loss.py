@@ -152,7 +152,7 @@ def gtpo_loss(
     fw, bw = sides(fw, bw)  # the paper's both spans, or one side (an ablation)
     signs = terms.signs.float()  # (N,)
     if inputs.contested_span is None:
-        lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # (N, T) Eq. 5
+        lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # Eq. 5
     else:
         lam = guarded_weights(fw, bw, inputs.contested_span, signs)  # (N, T) the guard: 0 on contested tokens, else 1
     token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)

@@ -263,8 +263,8 @@ def contested_tokens(
         net = _net_advantage(completion_ids.gather(1, at), present, a, group_size)  # (N, W)
         down = (net < -tol) & present  # (N, W)
         # Back to positions; clamped offsets all land on 0 with False, so add rather than overwrite.
-        at_positions = torch.zeros(n, t, dtype=torch.long, device=completion_ids.device).scatter_add_(1, at, down.long())
-        contested |= backward & (at_positions > 0)
+        hits = torch.zeros(n, t, dtype=torch.long, device=completion_ids.device).scatter_add_(1, at, down.long())
+        contested |= backward & (hits > 0)  # (N, T)
     return contested  # (N, T)
 
 

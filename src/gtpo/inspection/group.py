@@ -142,9 +142,12 @@ def analyse_group(
         lambda_union=core.conflict_weights(forward, backward, advantages, positive_weight, "union"),
         lambda_product=core.conflict_weights(forward, backward, advantages, positive_weight, "product"),
         lambda_guard=core.conflict_weights(
-            forward, backward, advantages, group_size=g,
+            forward,
+            backward,
+            advantages,
+            group_size=g,
             contested=core.contested_tokens(completion_ids, mask, advantages, g, forward, backward),
-        ),  # fmt: skip
+        ),
         mask=mask,
     )
     if token_entropy is not None:

@@ -46,7 +46,8 @@ def check_conflict_guard(config) -> None:
         )
     if config.authors_code:
         raise ValueError(
-            "conflict_guard=True with authors_code=True: the guard replaces the λ the authors' code computes; choose one."
+            "conflict_guard=True with authors_code=True: the guard replaces the λ the authors' code computes; "
+            "choose one."
         )
     replaced = {
         "conflict_positive_weight": (config.conflict_positive_weight, paper.POSITIVE_WEIGHT),

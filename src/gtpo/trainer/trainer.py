@@ -51,7 +51,8 @@ _SPAN_KEYS = {"forward": FORWARD_SPAN, "backward": BACKWARD_SPAN, "contested": C
 
 # Optional model inputs TRL's `_compute_loss` forwards to `_get_per_token_logps_and_entropies`.
 _FORWARD_INPUT_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                       "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")  # fmt: skip
+                       "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
+                       "image_position_ids")  # fmt: skip
 
 
 class GTPOTrainer(GRPOTrainer):
