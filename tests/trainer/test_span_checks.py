@@ -27,7 +27,7 @@ class _OneProcess:
 
 def _fake_trainer(training: bool = True, correction: bool = True):
     return SimpleNamespace(
-        args=SimpleNamespace(gtpo_enabled=correction, conflict_correction=correction),
+        args=SimpleNamespace(gtpo_enabled=correction, conflict_correction=correction, conflict_guard=False),
         model=SimpleNamespace(training=training),
         num_generations=2,
         num_generations_eval=2,
