@@ -85,8 +85,9 @@ def run_row(run: str | Path, last_step: int = 15) -> dict:
     full format, study E's rule read from the record), its step-1 forward span, the first step whose eight rewards
     were all equal (no gradient left), and push / plain / guard summed over the steps before that step (or all)."""
     steps = [t for t in records.recorded_steps(run) if t <= last_step]
-    summaries = {t: step_summary(records.read_step(run, t)) for t in steps}
-    formats = {t: records.read_step(run, t)["columns"].get("format_reward") or [] for t in steps}
+    recorded = {t: records.read_step(run, t) for t in steps}  # each file read once
+    summaries = {t: step_summary(recorded[t]) for t in steps}
+    formats = {t: recorded[t]["columns"].get("format_reward") or [] for t in steps}
     full = next((t for t in steps if any(f is not None and f >= FULL_FORMAT for f in formats[t])), None)
     flat = next((t for t in steps if len(set(summaries[t]["rewards"])) == 1), None)
     before = [t for t in steps if flat is None or t < flat]

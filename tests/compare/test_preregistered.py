@@ -291,7 +291,7 @@ def test_study_e_preregistration_quotes_the_scripts_power_and_runs_as_registered
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "compare"))
-    from test_study_script import _study_arguments
+    from test_study_script import _seeds, _study_arguments, _variants
 
     name = "smollm2-synthetic-lr1e-3-e"
     text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
@@ -300,10 +300,8 @@ def test_study_e_preregistration_quotes_the_scripts_power_and_runs_as_registered
             assert f"{analysis.mcnemar_power(n, a, b):.3f}" in text, (n, a, b)
     assert "**one-sided**" in text and "**α = 0.05**" in text and "**200–231, 32 per arm**" in text
     words = _study_arguments(name)
-    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == [
-        "gtpo:", "gtpo-nocc:--conflict_correction false"
-    ]  # fmt: skip
-    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == list(range(200, 232))
+    assert _variants(words) == ["gtpo:", "gtpo-nocc:--conflict_correction false"]
+    assert _seeds(words) == list(range(200, 232))
     assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
     common = words[words.index("--") + 1 :]
     assert common == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "$dtype_cd"]
@@ -364,7 +362,7 @@ def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "compare"))
-    from test_study_script import _study_arguments
+    from test_study_script import _seeds, _study_arguments, _variants
 
     name = "smollm2-synthetic-lr2e-4-f"
     text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
@@ -375,10 +373,8 @@ def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert f"{analysis.t_quantile(0.975, analysis.F_PAIRS - 1):.3f}" in text
     assert "**300–319, 20 pairs**" in text and "**α = 0.05**" in text and analysis.F_PAIRS == 20
     words = _study_arguments(name)
-    assert [words[i + 1] for i, w in enumerate(words) if w == "--variant"] == [
-        "gtpo-guard:--conflict_guard true", "grpo:--algorithm grpo"
-    ]  # fmt: skip
-    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == list(range(300, 320))
+    assert _variants(words) == ["gtpo-guard:--conflict_guard true", "grpo:--algorithm grpo"]
+    assert _seeds(words) == list(range(300, 320))
     assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
     evaluation = words[words.index("--eval") : words.index("--")]
     assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")

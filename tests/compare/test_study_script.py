@@ -158,6 +158,16 @@ def test_gitignore_keeps_a_runs_completions_record_in_the_commit():
         assert ignored.returncode == 1, path  # 1: not ignored
 
 
+def _variants(words: list[str]) -> list[str]:
+    """The NAME:FLAGS values of a study's --variant words, in order."""
+    return [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
+
+
+def _seeds(words: list[str]) -> list[int]:
+    """The seeds a study's words list between --seeds and --save-steps."""
+    return [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]]
+
+
 def _study_arguments(name: str) -> list[str]:
     """The `args=(...)` words run_study.sh gives `gtpo compare` for study NAME, as bash would split them."""
     import re
@@ -265,13 +275,13 @@ def test_the_guard_screen_runs_c_stalled_seeds_with_the_guard_beside_its_control
     from gtpo import GTPOConfig
 
     words = _study_arguments("smollm2-synthetic-lr1e-3-guard")
-    seeds = [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]]
+    seeds = _seeds(words)
     c = load_script("analyze_preregistered").study_e(
         ROOT / "studies" / "smollm2-synthetic-lr1e-3-c", arms=("gtpo", "grpo")
     )
     assert seeds == c["stalled"]["gtpo"]
     assert words[words.index("--") + 1 :] == ["--learning_rate", "1e-3", "--max_steps", "15", "--dtype", "float32"]
-    variants = dict(v.partition(":")[::2] for v in (words[i + 1] for i, w in enumerate(words) if w == "--variant"))
+    variants = dict(v.partition(":")[::2] for v in _variants(words))
     assert variants == {"gtpo": "", "gtpo-guard": "--conflict_guard true"}
     guard = GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], conflict_guard=True)
     assert guard.conflict_guard and guard.conflict_correction
@@ -282,8 +292,7 @@ def test_the_d_rerun_runs_ds_failed_gtpo_seeds_at_ds_settings():
     GTPO as shipped and with the guard."""
     words = _study_arguments("smollm2-synthetic-lr2e-4-d-rerun")
     d = _study_arguments("smollm2-synthetic-lr2e-4-d")
-    assert [int(s) for s in words[words.index("--seeds") + 1 : words.index("--save-steps")]] == [105, 110]
-    variants = [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
-    assert variants == ["gtpo:", "gtpo-guard:--conflict_guard true"]
+    assert _seeds(words) == [105, 110]
+    assert _variants(words) == ["gtpo:", "gtpo-guard:--conflict_guard true"]
     assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
     assert d[d.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "$dtype_cd"] and "--eval" not in words
