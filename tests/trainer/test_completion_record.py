@@ -148,12 +148,13 @@ def test_recording_changes_no_update(tmp_path, tiny_model_path, algorithm):
     assert None not in record_files.read_step(on.args.output_dir, 2)["columns"]["mean_entropy"]
 
 
-def test_killed_and_resumed_run_records_each_step_once(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("guard", [False, True])
+def test_killed_and_resumed_run_records_each_step_once(tmp_path, tiny_model_path, guard):
     """Stopped after step 3 (checkpoint at 2) and resumed: steps 1-4 recorded once each, the resumed steps equal to
-    an uninterrupted run's, and no partial file left."""
+    an uninterrupted run's, and no partial file left; with the stall guard too (its λ is recorded)."""
     common = dict(
         max_steps=4, save_strategy="steps", save_steps=2, learning_rate=1e-2, per_device_train_batch_size=4,
-        initial_entropy_prompts=4,
+        initial_entropy_prompts=4, conflict_guard=guard,
     )  # fmt: skip
     full = _train(GTPOTrainer, tiny_model_path, GTPOConfig(**settings(tmp_path / "full", **common)))
     args = GTPOConfig(**settings(tmp_path / "cut", **common))
@@ -168,6 +169,8 @@ def test_killed_and_resumed_run_records_each_step_once(tmp_path, tiny_model_path
         cut, ref = (record_files.read_step(a.output_dir, step)["columns"] for a in (args, full.args))
         assert cut["step"] == [step] * 4
         assert cut["completion_ids"] == ref["completion_ids"] and cut["lambda_positions"] == ref["lambda_positions"]
+        assert cut["lambda_values"] == ref["lambda_values"]
+        assert record_files.read_step(args.output_dir, step)["metadata"]["conflict_guard"] is guard
     assert not list((Path(args.output_dir) / record_files.RECORD_DIR).glob(".*"))
 
 
