@@ -7,10 +7,12 @@
 #   3. the step's forward + backward (bf16), T = 0.7 and 1, TRL against GTPO, at the paper-vocabulary shape and at
 #      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs), and at
 #      Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens);
-#   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA.
+#   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
+#   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
+#      eager and replayed as a CUDA graph, beside one read of the weights (issue 39, item 4).
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
-#   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e
+#   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
 # Every figure it prints carries the device's name; compare arms only within one run.
 set -u
 log_dir=${1:-.gpu-checks}
@@ -19,7 +21,7 @@ mkdir -p "$log_dir"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
-groups=" ${GPU_CHECKS:-tests head step e2e} "
+groups=" ${GPU_CHECKS:-tests head step e2e decode} "
 want() { [[ $groups == *" $1 "* ]]; }
 
 step() {  # step NAME COMMAND...: run, log to LOG_DIR/NAME.log, remember the exit status
@@ -46,7 +48,7 @@ subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False)
 EOF
 want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
     tests/core/test_core.py tests/core/test_core_loss.py tests/trainer/test_lm_head.py \
-    tests/trainer/test_shared_prefix.py
+    tests/trainer/test_shared_prefix.py tests/test_graph_decode.py
 want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
 want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
 want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
@@ -80,6 +82,7 @@ results = sorted((Path(sys.argv[1]) / "e2e-eval").rglob("results.json"))
 assert results, "no results.json from gtpo eval"
 print("e2e eval:", results[0].read_text()[:300].replace("\n", " "))
 EOF_CHECK
+want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128
 
 echo "== summary"
 cat "$log_dir/versions.log"
@@ -90,4 +93,5 @@ for name in head-logprob head-differentiable head-16k step-t07 step-t1 qwen-t07 
     grep -E "^(device|forward|roofline|trl|gtpo)" "$log_dir/$name.log"
 done
 want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
+want decode && grep -E "^(device|[0-9]+ rows)" "$log_dir/decode-graph.log"
 cat "$log_dir/status.txt"

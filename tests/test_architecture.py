@@ -23,6 +23,7 @@ FLOORS = {
     "errors": 0,
     "models": 1,
     "sampling": 1,
+    "graph_decode": 2,  # fixed-shape decoding for GPUs, built on sampling's helpers
     "core": 1,
     "grading": 1,
     "tasks": 2,

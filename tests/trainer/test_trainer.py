@@ -194,6 +194,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "entropy_clamp",
         "logprob_temperature",
         "authors_code",
+        "cuda_graph_generation",
     }
     for f in fields(GTPOConfig):
         if f.name in ours:

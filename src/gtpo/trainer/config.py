@@ -317,6 +317,19 @@ class GTPOConfig(GRPOConfig):
         },
     )
 
+    cuda_graph_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "On a CUDA GPU, generate with fixed shapes (a cache of the full length written in place, every row "
+            "kept until the longest ends, as generate keeps them) and replay each decoding step from the third on as "
+            "one CUDA graph (gtpo.graph_decode), which removes the kernel launches a small model's step is bound by. "
+            "The same distribution as the default path, not the same draws: every row stays in the batch, so the "
+            "global generator is consumed as generate consumes it. Ignored off CUDA (a CPU keeps dropping ended rows) "
+            "and for models whose cache has sliding-window or other non-full-attention layers. Off by default: its "
+            "replay is checked against the eager step on a GPU by scripts/gpu_checks.sh, not in make test."
+        },
+    )
+
     def __post_init__(self):
         # Resolved before TRL's __post_init__, which would set it to True whatever the device.
         if self.bf16 is None:

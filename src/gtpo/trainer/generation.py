@@ -29,6 +29,7 @@ import logging
 
 import torch
 
+from gtpo.graph_decode import decode_static, supports_fixed_decode
 from gtpo.sampling import ROW_WISE_PROCESSORS, decode, left_pad, merged_lora, multinomial_choice, supports_fast_decode
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,14 @@ def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]]
         why = why or config_blocker(config, trainer.eos_token_ids)  # the model's own defaults merged in
         if why is not None:
             return None, why
+        # GTPOConfig.cuda_graph_generation: fixed shapes replayed as CUDA graphs on a GPU (gtpo.graph_decode); a
+        # model whose static cache is not all full-attention layers keeps `decode`.
+        static = getattr(trainer.args, "cuda_graph_generation", False) and device.type == "cuda"
+        if static and (unsupported := supports_fixed_decode(model)) is not None:
+            static = False
+            logger.info("generation: cuda_graph_generation ignored (%s)", unsupported)
         with merged_lora(model):
-            completions = decode(
+            completions = (decode_static if static else decode)(
                 model,
                 prompt_ids,
                 multinomial_choice(bool(config.do_sample)),

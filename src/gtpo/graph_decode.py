@@ -1,0 +1,222 @@
+"""Decoding with fixed shapes, for a GPU: a preallocated cache, no row dropped, each step replayed as one CUDA graph.
+
+On a GPU a small model's decoding step is bound by kernel launches, not by the weights' read (issue 39: about 19 ms a
+token step for Qwen2.5-1.5B's config at 8 and 64 rows, 19 times one read of its weights). A CUDA graph replays the
+step's launches as one. A graph needs the same shapes and the same memory at every step, so this path keeps every
+row in the batch (an ended row is fed padding, as `generate` does, and its tokens are dropped afterwards), writes
+keys and values into a cache of the full length in place (:class:`FixedLayer`), and feeds the step through buffers
+it rewrites in place (tokens, positions, the full-width attention mask, the write position). `gtpo.sampling.decode`
+stays the path on a CPU, where dropping ended rows is what saves time.
+
+The write position is the decode loop's, not the cache's: transformers' `StaticLayer` advances its own counter inside
+the forward, so the warm-up forward CUDA graphs need before capture advanced it once more than the tokens decoded
+and every later token was written one slot past its mask column (the replayed scores of the first attempt, 2f84930,
+differed from the eager ones by up to 0.13). Here the loop sets the position before every forward, so running a
+step twice (warm-up, then replay) writes the same keys and values to the same slot.
+
+Every prompt row is prefilled (a group's rows are not shared as `decode` shares them): the prefill is a small part of
+a GPU decode. Off a GPU, or with ``use_graph=False``, the same steps run eagerly; the CPU tests hold this path's
+tokens to `decode`'s for the same seeds, also through a stand-in that runs each captured step twice
+(tests/test_graph_decode.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import torch
+
+from gtpo.sampling import Choose, DecodeStats, left_pad
+
+
+@functools.cache
+def _fixed_layer_class():
+    """:class:`FixedLayer`, defined once, on first use (transformers is imported lazily here)."""
+    from transformers.cache_utils import StaticLayer
+
+    class FixedLayer(StaticLayer):
+        """A `StaticLayer` (keys and values of the full length ``max_cache_len``, written in place) whose write
+        position is ``position``, a 0-d tensor the decode loop owns and sets before each forward; ``update`` never
+        advances it, so a step run twice writes the same slot. It is also what ``get_seq_length`` returns, which
+        transformers' masks read as the query's offset. Keys and values keep their own dtypes (under autocast a
+        float32 model's keys leave the rotary embedding in float32 and its values the projection in bfloat16; a
+        `StaticLayer` gives both buffers the keys' dtype and refuses the values), as a `DynamicLayer` keeps them."""
+
+        _layer_type = None  # never registered in transformers' layer mappings
+
+        def __init__(self, max_cache_len: int, position: torch.Tensor):
+            super().__init__(max_cache_len=max_cache_len)
+            self.cumulative_length = position  # StaticLayer's counter, here shared and set from outside
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.batch_size, self.num_heads = key_states.shape[:2]
+            self.k_head_dim, self.v_head_dim = key_states.shape[-1], value_states.shape[-1]
+            shape = (self.batch_size, self.num_heads, self.max_cache_len)
+            self.keys = key_states.new_zeros(shape + (self.k_head_dim,))
+            self.values = value_states.new_zeros(shape + (self.v_head_dim,))
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            slots = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
+            self.keys.index_copy_(2, slots, key_states)
+            self.values.index_copy_(2, slots, value_states)
+            return self.keys, self.values
+
+    return FixedLayer
+
+
+def fixed_cache(model, max_cache_len: int, position: torch.Tensor):
+    """A `StaticCache` for ``model`` whose layers are :class:`FixedLayer` writing at ``position``; ValueError where
+    the model's static cache has other layer types (sliding windows, linear attention): :func:`supports_fixed_decode`
+    says so first."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    if any(type(layer) is not StaticLayer for layer in cache.layers):
+        raise ValueError(f"{type(model).__name__}'s static cache has layers other than full-attention ones")
+    layer_class = _fixed_layer_class()
+    cache.layers = [layer_class(max_cache_len, position) for _ in cache.layers]
+    return cache
+
+
+def supports_fixed_decode(model) -> str | None:
+    """None when :func:`decode_static` can run ``model``, else why not (one line)."""
+    try:
+        fixed_cache(model, 1, torch.zeros((), dtype=torch.long))
+    except (ValueError, TypeError) as error:
+        return str(error)
+    return None
+
+
+class CudaGraph:
+    """Captures ``forward`` once as a `torch.cuda.CUDAGraph` (after one warm-up run on a side stream, as CUDA graphs
+    want) and replays it; the outputs are the graph's static tensors, rewritten by each replay."""
+
+    def __init__(self, forward: Callable[[], torch.Tensor]):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            forward()  # warm-up: writes this step's keys and values, as the replay below writes them again
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.output = forward()
+
+    def __call__(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.output
+
+
+class _Step:
+    """One decoding step with fixed shapes, fed through buffers rewritten in place; from the third step on, run
+    through ``recorder(forward)`` (a :class:`CudaGraph` on CUDA) when one is given, else eagerly."""
+
+    def __init__(self, model, cache, position: torch.Tensor, mask: torch.Tensor, recorder):
+        rows, device = mask.shape[0], mask.device
+        self.model, self.cache, self.position, self.mask = model, cache, position, mask
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.recorder, self.recorded, self.calls = recorder, None, 0
+
+    def forward(self) -> torch.Tensor:
+        out = self.model(
+            input_ids=self.tokens, attention_mask=self.mask, position_ids=self.positions, past_key_values=self.cache,
+            use_cache=True, logits_to_keep=1,
+        )  # fmt: skip
+        return out.logits[:, -1]
+
+    def __call__(self) -> torch.Tensor:
+        self.calls += 1
+        if self.recorder is None or self.calls <= 2:  # two eager steps first (lazy initialisations, kernel choice)
+            return self.forward().float()
+        if self.recorded is None:
+            self.recorded = self.recorder(self.forward)
+        return self.recorded().float()
+
+
+@torch.no_grad()
+def decode_static(
+    model,
+    prompts: Sequence[Sequence[int]],
+    choose: Choose,
+    max_new_tokens: int,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int,
+    processors=None,
+    pad_to_multiple_of: int | None = None,
+    stats: DecodeStats | None = None,
+    use_graph: bool = True,
+    recorder: Callable | None = None,
+) -> list[list[int]]:
+    """`gtpo.sampling.decode`'s contract (same arguments, same completions for the same draws) with fixed shapes.
+
+    Args:
+        model, prompts, choose, max_new_tokens, eos_token_ids, pad_token_id, processors, pad_to_multiple_of, stats:
+            as `gtpo.sampling.decode`.
+        use_graph: on CUDA, replay each step from the third on as a CUDA graph (:class:`CudaGraph`); elsewhere
+            ignored.
+        recorder: what records a step (``recorder(forward) -> replay``) in place of :class:`CudaGraph`, on any
+            device (the CPU tests pass a stand-in that runs the step twice, as warm-up and capture do).
+
+    Returns:
+        B lists of token ids, each up to and including its first EOS, or ``max_new_tokens`` tokens.
+    """
+    device = next(model.parameters()).device
+    batch = len(prompts)
+    if batch == 0:
+        return []
+    ids, prompt_mask = left_pad(prompts, pad_token_id, pad_to_multiple_of)
+    ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+    length = ids.shape[1]
+    width = length + max_new_tokens
+    position = torch.zeros((), dtype=torch.long, device=device)  # where the next keys and values are written
+    cache = fixed_cache(model, width, position)
+    if recorder is None and use_graph and device.type == "cuda":
+        recorder = CudaGraph
+    mask = torch.zeros(batch, width, dtype=torch.long, device=device)  # full width: a graph's shapes never change
+    mask[:, :length] = prompt_mask
+    step = _Step(model, cache, position, mask, recorder)
+    positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)  # `generate`'s under left padding
+    out = model(
+        input_ids=ids, attention_mask=prompt_mask, position_ids=positions, past_key_values=cache, use_cache=True,
+        logits_to_keep=1,
+    )  # fmt: skip
+    logits = out.logits[:, -1].float()
+    step.positions[:, 0] = positions[:, -1]
+    rows = torch.arange(batch, device=device)
+    eos = torch.tensor(list(eos_token_ids), device=device, dtype=torch.long)
+    sequences = ids
+    completions: list[list[int]] = [[] for _ in range(batch)]
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    steps = 0
+    for t in range(max_new_tokens):
+        scores = processors(sequences, logits) if processors else logits
+        tokens = choose(scores, rows).masked_fill(ended, int(pad_token_id))  # (B,) an ended row is fed padding
+        steps += 1
+        for r, token, done in zip(range(batch), tokens.tolist(), ended.tolist(), strict=True):
+            if not done:
+                completions[r].append(token)
+        ended = ended | torch.isin(tokens, eos)
+        if t == max_new_tokens - 1 or bool(ended.all()):
+            break
+        sequences = torch.cat([sequences, tokens[:, None]], dim=1)
+        # The step's inputs, written in place before it runs (a replayed graph reads these very tensors).
+        step.tokens.copy_(tokens[:, None])
+        step.positions.add_(1)
+        position.fill_(length + t)
+        mask[:, length + t] = 1
+        logits = step()
+    if stats is not None:
+        longest = max(len(c) for c in completions)
+        stats.add(
+            DecodeStats(
+                prefill_rows=batch, prompt_rows=batch, row_steps=steps * batch,
+                useful_row_steps=sum(len(c) for c in completions), generate_row_steps=longest * batch,
+            )
+        )  # fmt: skip
+    return completions
