@@ -78,6 +78,109 @@ def test_pack_lays_out_prefixes_segments_positions_and_labels_by_hand():
     assert torch.equal(additive == 0, packed.attention_mask)  # eager attention's additive form of the same mask
 
 
+def _pack_one_row_at_a_time(input_ids, attention_mask, logits_to_keep):
+    """`pack` as it was before it was planned on the host and gathered on the device (a loop over rows, ~10 small
+    tensors a row): the oracle the vectorised layout must equal, field for field."""
+    device = input_ids.device
+    batch, length = input_ids.shape
+    prompt_width = length - logits_to_keep
+    prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
+    completion_ids = input_ids[:, prompt_width:]
+    completion_lengths = attention_mask[:, prompt_width:].sum(dim=1).tolist()
+    pads = (prompt_width - prompt_mask.sum(dim=1)).tolist()
+    keys = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
+    group_of_row = torch.unique(keys, dim=0, return_inverse=True)[1].tolist()
+    order: dict[int, list[int]] = {}
+    for row, group in enumerate(group_of_row):
+        order.setdefault(group, []).append(row)
+    ids, positions, labels, segment, prompt_of = [], [], [], [], []
+    source = torch.full((batch, logits_to_keep), -1, dtype=torch.long)
+    offset = 0
+    for number, rows in enumerate(order.values()):
+        first, pad = rows[0], pads[rows[0]]
+        prefix = prompt_ids[first, pad : prompt_width - 1]
+        ids.append(prefix)
+        positions.append(torch.arange(pad, prompt_width - 1, device=device))
+        labels.append(torch.full((prefix.numel(),), -100, dtype=torch.long, device=device))
+        segment.append(torch.full((prefix.numel(),), -1, dtype=torch.long, device=device))
+        prompt_of.append(torch.full((prefix.numel(),), number, dtype=torch.long, device=device))
+        offset += prefix.numel()
+        last = prompt_ids[first, prompt_width - 1 :]
+        for row in rows:
+            n = completion_lengths[row]
+            if n == 0:
+                continue
+            ids.append(torch.cat([last, completion_ids[row, : n - 1]]))
+            positions.append(torch.arange(prompt_width - 1, prompt_width - 1 + n, device=device))
+            labels.append(completion_ids[row, :n])
+            segment.append(torch.full((n,), row, dtype=torch.long, device=device))
+            prompt_of.append(torch.full((n,), number, dtype=torch.long, device=device))
+            source[row, :n] = torch.arange(offset, offset + n)
+            offset += n
+    return dict(
+        input_ids=torch.cat(ids).unsqueeze(0), position_ids=torch.cat(positions).unsqueeze(0),
+        shift_labels=torch.cat(labels).unsqueeze(0), source=source, prompts=len(order), segment=torch.cat(segment),
+        prompt_of=torch.cat(prompt_of),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pack_equals_the_row_by_row_layout_on_random_batches(seed):
+    """Random micro-batches: 1-4 distinct prompts of 1-7 tokens (left-padded, so one-token prompts give empty
+    prefixes), rows shuffled, completions of 0..K tokens (0: a masked or empty row)."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, prompt_width, width = int(torch.randint(1, 9, (1,), generator=generator)), 7, 6
+
+    def draw(low, high):
+        return int(torch.randint(low, high, (1,), generator=generator))
+
+    prompts = [torch.randint(3, 50, (draw(1, prompt_width + 1),), generator=generator) for _ in range(draw(1, 5))]
+    ids = torch.zeros(batch, prompt_width + width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row in range(batch):
+        prompt = prompts[int(torch.randint(0, len(prompts), (1,), generator=generator))]
+        ids[row, prompt_width - len(prompt) : prompt_width] = prompt
+        mask[row, prompt_width - len(prompt) : prompt_width] = 1
+        n = int(torch.randint(0, width + 1, (1,), generator=generator))
+        ids[row, prompt_width : prompt_width + n] = torch.randint(3, 50, (n,), generator=generator)
+        mask[row, prompt_width : prompt_width + n] = 1
+    assert shared_prefix.layout_problem(mask, width) is None
+    packed = shared_prefix.pack(ids, mask, width)
+    expected = _pack_one_row_at_a_time(ids, mask, width)
+    for name, value in expected.items():
+        got = getattr(packed, name)
+        if isinstance(value, int):
+            assert got == value, name
+        else:
+            assert got.dtype == value.dtype and torch.equal(got, value), name
+
+
+def test_pack_dispatches_as_many_operators_for_16_rows_as_for_2():
+    """The layout is planned in Python on the host and built with a fixed number of tensor operations (each one a
+    kernel launch on a GPU, where a small model's step waits on the host); the loop it replaced made ~10 small
+    tensors per row."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def calls(rows):
+        prompt, width = torch.tensor([11, 12, 13]), 4
+        ids = torch.cat([prompt.repeat(rows, 1), torch.randint(20, 40, (rows, width))], dim=1)
+        mask = torch.ones_like(ids)
+        mask[::2, -1] = 0  # completions of two lengths
+        Count.calls = 0
+        with Count():
+            shared_prefix.pack(ids, mask, width)
+        return Count.calls
+
+    assert calls(16) == calls(2)
+
+
 def test_layout_problem_names_what_packing_cannot_represent():
     assert shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]), 2) is None
     assert "hole" in shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]), 2)

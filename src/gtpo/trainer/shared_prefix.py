@@ -101,9 +101,17 @@ def layout_problem(attention_mask: torch.Tensor, logits_to_keep: int) -> str | N
     if prompt_mask.shape[1] == 0:
         return "the batch has no prompt tokens"
     # Left padding: a row's mask never falls from 1 to 0 in the prompt, never rises from 0 to 1 in the completion.
-    if (prompt_mask[:, 1:] < prompt_mask[:, :-1]).any() or not bool(prompt_mask[:, -1].all()):
+    # The three checks travel to the host together (one sync on a GPU, not three).
+    prompt_hole, prompt_ends_padded, completion_hole = torch.stack(
+        [
+            (prompt_mask[:, 1:] < prompt_mask[:, :-1]).any(),
+            ~(prompt_mask[:, -1] != 0).all(),
+            (completion_mask[:, 1:] > completion_mask[:, :-1]).any(),
+        ]
+    ).tolist()
+    if prompt_hole or prompt_ends_padded:
         return "a prompt is not left-padded (its attention mask has a hole or ends in padding)"
-    if (completion_mask[:, 1:] > completion_mask[:, :-1]).any():
+    if completion_hole:
         return "a completion's attention mask has a hole (tool output or a custom rollout)"
     return None
 
@@ -126,50 +134,56 @@ def pack(
     batch, length = input_ids.shape
     prompt_width = length - logits_to_keep
     prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
-    completion_ids = input_ids[:, prompt_width:]
-    completion_lengths = attention_mask[:, prompt_width:].sum(dim=1).tolist()  # one host sync
-    pads = (prompt_width - prompt_mask.sum(dim=1)).tolist()
     # Group rows by their prompt row (TRL shuffles rows, so a group's completions need not be adjacent).
     keys = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
     _, group_of_row = torch.unique(keys, dim=0, return_inverse=True)
-    group_of_row = group_of_row.tolist()
+    # One host transfer for what the layout is planned from: each row's completion length, left padding and group.
+    completion_lengths, pads, group_of_row = (
+        [int(v) for v in values]
+        for values in torch.stack(
+            [attention_mask[:, prompt_width:].sum(dim=1), prompt_width - prompt_mask.sum(dim=1), group_of_row]
+        ).tolist()
+    )
     order: dict[int, list[int]] = {}
     for row, group in enumerate(group_of_row):
         order.setdefault(group, []).append(row)
 
-    ids, positions, labels, segment, prompt_of = [], [], [], [], []
-    source = torch.full((batch, logits_to_keep), -1, dtype=torch.long)
+    # The plan, on the host: the packed sequence as pieces (a prefix, or a segment), each a run of consecutive
+    # columns of one row of the padded batch: (row, first column, length, segment's row or -1, prompt number).
+    # A prefix is prompt[pad : P-1] of its group's first row; a segment is columns P-1 .. P-2+n of its row, which
+    # hold [the prompt's last token, completion[:n-1]] (the rows of a group share the prompt, padding included).
+    pieces = []
     offset = 0
     for number, rows in enumerate(order.values()):
         first = rows[0]
-        pad = pads[first]
-        prefix = prompt_ids[first, pad : prompt_width - 1]  # prompt[:-1], unpadded
-        ids.append(prefix)
-        positions.append(torch.arange(pad, prompt_width - 1, device=device))
-        labels.append(torch.full((prefix.numel(),), -100, dtype=torch.long, device=device))
-        segment.append(torch.full((prefix.numel(),), -1, dtype=torch.long, device=device))
-        prompt_of.append(torch.full((prefix.numel(),), number, dtype=torch.long, device=device))
-        offset += prefix.numel()
-        last = prompt_ids[first, prompt_width - 1 :]  # (1,) the prompt's last token
+        pieces.append((first, pads[first], prompt_width - 1 - pads[first], -1, number))
+        offset += prompt_width - 1 - pads[first]
         for row in rows:
             n = completion_lengths[row]
             if n == 0:
                 continue  # an empty completion scores nothing (TRL's row is all -100 there)
-            ids.append(torch.cat([last, completion_ids[row, : n - 1]]))
-            positions.append(torch.arange(prompt_width - 1, prompt_width - 1 + n, device=device))
-            labels.append(completion_ids[row, :n])
-            segment.append(torch.full((n,), row, dtype=torch.long, device=device))
-            prompt_of.append(torch.full((n,), number, dtype=torch.long, device=device))
-            source[row, :n] = torch.arange(offset, offset + n)
+            pieces.append((row, prompt_width - 1, n, row, number))
             offset += n
+    plan = torch.tensor(pieces, dtype=torch.long).reshape(-1, 5)  # (S, 5)
+    sizes = plan[:, 2]
+    within = torch.arange(offset) - (torch.cumsum(sizes, 0) - sizes).repeat_interleave(sizes)  # (N,) index in piece
+    row_of, column, segment, prompt_of = (plan[:, k].repeat_interleave(sizes) for k in (0, 1, 3, 4))
+    column = column + within  # (N,) each position's column in the padded batch: its position id there
+    source = torch.full((batch, logits_to_keep), -1, dtype=torch.long)
+    in_segment = segment >= 0
+    source[segment[in_segment], within[in_segment]] = torch.arange(offset)[in_segment]  # token k of row b: here
+    # Then on the device: one copy of the plan, two gathers (a few kernels, where a loop over rows launched ~10 a row).
+    on_device = torch.cat([row_of, column, segment, prompt_of, source.reshape(-1)]).to(device)
+    row_of, column, segment, prompt_of, source = on_device.split([offset] * 4 + [source.numel()])
+    labels = input_ids[row_of, column + 1].masked_fill(segment < 0, -100)  # the next column's token; none in a prefix
     return PackedBatch(
-        input_ids=torch.cat(ids).unsqueeze(0),
-        position_ids=torch.cat(positions).unsqueeze(0),
-        shift_labels=torch.cat(labels).unsqueeze(0),
-        source=source.to(device),
+        input_ids=input_ids[row_of, column].unsqueeze(0),
+        position_ids=column.unsqueeze(0),
+        shift_labels=labels.unsqueeze(0),
+        source=source.view(batch, logits_to_keep),
         prompts=len(order),
-        segment=torch.cat(segment),
-        prompt_of=torch.cat(prompt_of),
+        segment=segment,
+        prompt_of=prompt_of,
         mask_dtype=mask_dtype,
     )
 
