@@ -620,3 +620,37 @@ def test_the_entropy_of_each_stalled_gtpo_run_against_its_grpo_twin_is_the_metri
     lower = sorted(s for (study, s), (g, r) in pairs.items() if study == "c" and g < r - 0.05)
     higher = sorted(s for (study, s), (g, r) in pairs.items() if g > r + 0.05)
     assert lower == [100, 108, 110] and higher == [105, 105]
+
+
+ABLATIONS = ROOT / "studies" / "smollm2-synthetic-lr1e-3-ablations"
+
+
+def test_the_one_flag_ablation_table_is_the_committed_runs():
+    """docs/study-gtpo-vs-grpo.md's "One flag at a time" table, recomputed from the committed 15-step runs with study
+    E's stall rule and first-full-format step (scripts/analyze_preregistered.py), and its control equal to the guard
+    screen's GTPO runs step for step."""
+    analysis = _analysis()
+    seeds = (100, 104, 105, 108, 110)
+    arms = ("gtpo", "forward-only", "backward-only", "no-doubling", "no-protection", "protect-only", "authors-code")
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    for arm in arms[1:]:
+        result = analysis.study_e(ABLATIONS, arms=("gtpo", arm))
+        assert result["pairs"] == 5
+        for name in ("gtpo", arm) if arm == arms[1] else (arm,):
+            cells = []
+            for seed in seeds:
+                step = result["first_full_format_step"][name][seed]  # int keys (JSON output makes them strings)
+                if seed in result["stalled"][name]:
+                    cells.append("stall")
+                elif name == "authors-code" and step == 1:
+                    cells.append("(format in group 1)")
+                else:
+                    cells.append(f"format at {step}")
+            row = " | ".join(cells) + f" | {len(result['stalled'][name])}/5 |"
+            assert row in doc, f"{name}: {row}"
+    for seed in seeds:
+        control = _last_steps(ABLATIONS / f"runs/gtpo/seed{seed}/metrics.jsonl")
+        screen = _last_steps(ROOT / f"studies/smollm2-synthetic-lr1e-3-guard/runs/gtpo/seed{seed}/metrics.jsonl")
+        assert [(r["reward"], r["loss"]) for r in control.values()] == [
+            (r["reward"], r["loss"]) for r in screen.values()
+        ]
