@@ -137,3 +137,62 @@ def test_clip_ratios_count_by_the_sign_of_the_shifted_advantage_the_loss_uses(tm
     assert logged["clip_ratio/low_mean"] == pytest.approx(3 / 12)
     assert logged["clip_ratio/high_mean"] == pytest.approx(3 / 12)
     assert logged["clip_ratio/region_mean"] == pytest.approx(6 / 12)
+
+
+@pytest.mark.parametrize("on_policy", [True, False], ids=["on-policy", "off-policy"])
+def test_logged_metrics_over_two_ranks_are_the_pooled_formulas(tmp_path, on_policy):
+    """`loss_options.log_metrics` sends every metric through one gather: TRL's token means (`entropy`, `clip_ratio/*`)
+    must be the pooled sums of both ranks over the pooled token count, GTPO's `gtpo/*` the mean of the ranks' values,
+    and a plain number (⟨H⟩_ini) its float32 value. Two ranks simulated: the gather returns this rank's row and the
+    other rank's, recorded from a call on the other rank's micro-batch. On-policy, the clip ratios are 0 exactly."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from gtpo.trainer import loss_options
+
+    rows = []
+
+    def trainer_with(gather):
+        return SimpleNamespace(
+            epsilon_low=0.2, epsilon_high=0.2, _metrics={"train": defaultdict(list)},
+            accelerator=SimpleNamespace(gather=gather),
+        )  # fmt: skip
+
+    generator = torch.Generator().manual_seed(0)
+
+    def rank_inputs(tokens):
+        logps = -torch.rand(2, tokens, generator=generator)
+        old = None if on_policy else logps + 0.4 * torch.randn(2, tokens, generator=generator)
+        mask = torch.ones(2, tokens, dtype=torch.long)
+        mask[1, -1] = 0
+        entropies, advantages = torch.rand(2, tokens, generator=generator), torch.tensor([0.5, -0.5])
+        return logps, old, entropies, mask, advantages
+
+    other, mine = rank_inputs(5), rank_inputs(3)
+    metrics_other = {"gtpo/mean_lambda": torch.tensor(2.0), "gtpo/initial_entropy": 0.1}
+    metrics_mine = {"gtpo/mean_lambda": torch.tensor(1.0), "gtpo/initial_entropy": 0.1}
+    loss_options.log_metrics(trainer_with(lambda t: rows.append(t) or t), "train", metrics_other, *other)
+    trainer = trainer_with(lambda t: torch.cat([t, rows[0]]))
+    loss_options.log_metrics(trainer, "train", metrics_mine, *mine)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+
+    def pooled(select):  # Σ over both ranks' valid tokens of select(...) / Σ valid tokens
+        num = den = 0.0
+        for logps, old, entropies, mask, advantages in (mine, other):
+            ratio = torch.ones_like(logps) if old is None else torch.exp(logps - old)
+            num += float((select(ratio, advantages[:, None], entropies) * mask).sum())
+            den += float(mask.sum())
+        return num / den
+
+    assert logged["entropy"] == pytest.approx(pooled(lambda r, a, h: h), rel=1e-6)
+    low = pooled(lambda r, a, h: ((r < 0.8) & (a < 0)).float())
+    high = pooled(lambda r, a, h: ((r > 1.2) & (a > 0)).float())
+    assert logged["clip_ratio/low_mean"] == pytest.approx(low, rel=1e-6)
+    assert logged["clip_ratio/high_mean"] == pytest.approx(high, rel=1e-6)
+    assert logged["clip_ratio/region_mean"] == pytest.approx(low + high, rel=1e-6)
+    if on_policy:
+        assert logged["clip_ratio/low_mean"] == logged["clip_ratio/high_mean"] == 0.0
+    else:
+        assert low > 0 or high > 0  # the off-policy case exercises the counts
+    assert logged["gtpo/mean_lambda"] == 1.5  # the mean over ranks
+    assert logged["gtpo/initial_entropy"] == float(torch.tensor(0.1, dtype=torch.float32))

@@ -5,6 +5,7 @@ GTPO what they mean with GRPO (docs/core.md, "GTPO with more of GRPOConfig"), an
 
 from __future__ import annotations
 
+import numpy
 import torch
 
 from gtpo import core
@@ -113,25 +114,35 @@ def loss_settings(trainer) -> core.LossSettings:
 
 
 def log_metrics(trainer, mode, metrics, per_token_logps, old_per_token_logps, entropies, mask, advantages):
-    """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas."""
+    """GTPO's metrics (mean over ranks), plus TRL's loss-side `entropy` and `clip_ratio/*` with TRL's formulas.
+
+    One gather and one host read for all of them (on a GPU each is a sync of a step that small models leave waiting on
+    the host). ``metrics`` values are 0-d tensors, or plain numbers that are the same on every rank (logged as their
+    float32 value, as a gathered tensor would give them, without a host-to-device copy)."""
     device = per_token_logps.device
     mask = mask.to(per_token_logps.dtype)
-    coef = torch.ones_like(per_token_logps)
-    if old_per_token_logps is not None:
+    token_sums = [(entropies.detach() * mask).sum()]
+    clipped = old_per_token_logps is not None
+    if clipped:
         coef = torch.exp(per_token_logps.detach() - old_per_token_logps)
-    adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
-    low = ((coef < 1 - trainer.epsilon_low) & (adv < 0)).to(mask.dtype)
-    high = ((coef > 1 + trainer.epsilon_high) & (adv > 0)).to(mask.dtype)
-    token_sums = torch.stack([(x * mask).sum() for x in (entropies.detach(), low, high, torch.maximum(low, high))])
-    token_sums = torch.cat([token_sums, mask.sum().reshape(1)])
-    totals = trainer.accelerator.reduce(token_sums.float(), reduction="sum")
+        adv = advantages.reshape(-1, 1) if advantages.dim() == 1 else advantages
+        low = ((coef < 1 - trainer.epsilon_low) & (adv < 0)).to(mask.dtype)
+        high = ((coef > 1 + trainer.epsilon_high) & (adv > 0)).to(mask.dtype)
+        token_sums += [(x * mask).sum() for x in (low, high, torch.maximum(low, high))]
+    # Else on-policy: the ratio is 1 at every token, so TRL's clip ratios are exactly 0 (ε_low, ε_high ≥ 0).
+    token_sums.append(mask.sum())
+    keys = sorted(k for k, v in metrics.items() if isinstance(v, torch.Tensor))  # same order on every rank
+    row = torch.stack([x.float() for x in token_sums] + [metrics[k].to(device).float().reshape(()) for k in keys])
+    width = len(token_sums)
+    gathered = trainer.accelerator.gather(row.reshape(1, -1)).reshape(-1, row.numel())  # (ranks, width + K)
+    totals = gathered[:, :width].sum(dim=0)  # summed over ranks
+    values = torch.cat([totals[:-1] / totals[-1].clamp(min=1.0), gathered[:, width:].nanmean(dim=0)]).tolist()
+    token_means, means = values[: width - 1], values[width - 1 :]
+    entropy, clip_means = token_means[0], token_means[1:] if clipped else [0.0, 0.0, 0.0]
     names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
-    for key, value in zip(names, (totals[:-1] / totals[-1].clamp(min=1.0)).tolist(), strict=False):
+    for key, value in zip(names, (entropy, *clip_means), strict=True):
         trainer._metrics[mode][key].append(value)
-
-    keys = sorted(metrics)  # same order on every rank: each key is one column of one gather
-    if keys:
-        values = torch.stack([torch.as_tensor(metrics[k], device=device).float().reshape(()) for k in keys])
-        gathered = trainer.accelerator.gather(values.reshape(1, -1)).reshape(-1, len(keys))
-        for key, value in zip(keys, gathered.nanmean(dim=0).tolist(), strict=False):
-            trainer._metrics[mode][key].append(value)
+    for key, value in zip(keys, means, strict=True):
+        trainer._metrics[mode][key].append(value)
+    for key in sorted(k for k, v in metrics.items() if not isinstance(v, torch.Tensor)):
+        trainer._metrics[mode][key].append(float(numpy.float32(metrics[key])))

@@ -371,7 +371,7 @@ class GTPOTrainer(GRPOTrainer):
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
         if self.initial_entropy is not None:
-            metrics = {**metrics, "gtpo/initial_entropy": torch.tensor(self.initial_entropy)}
+            metrics = {**metrics, "gtpo/initial_entropy": self.initial_entropy}  # a number: no copy to the device
         # clip_ratio/* count by the sign of the advantage the loss weights (A' of Eq. 7), not TRL's A.
         self._log_metrics(
             mode, metrics, per_token_logps, old_per_token_logps, sampling_entropies, completion_mask, terms.advantages
