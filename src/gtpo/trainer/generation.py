@@ -147,7 +147,10 @@ def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]]
         static = getattr(trainer.args, "cuda_graph_generation", False) and device.type == "cuda"
         if static and (unsupported := supports_fixed_decode(model)) is not None:
             static = False
-            logger.info("generation: cuda_graph_generation ignored (%s)", unsupported)
+            seen = trainer.__dict__.setdefault("_gtpo_generation_fallbacks", set())
+            if unsupported not in seen:  # once per reason, as the fallbacks to TRL's path
+                seen.add(unsupported)
+                logger.info("generation: cuda_graph_generation ignored (%s)", unsupported)
         with merged_lora(model):
             completions = (decode_static if static else decode)(
                 model,
