@@ -116,9 +116,9 @@ class _Step:
     """One decoding step with fixed shapes, fed through buffers rewritten in place; from the third step on, run
     through ``recorder(forward)`` (a :class:`CudaGraph` on CUDA) when one is given, else eagerly."""
 
-    def __init__(self, model, cache, position: torch.Tensor, mask: torch.Tensor, recorder):
+    def __init__(self, model, cache, mask: torch.Tensor, recorder):
         rows, device = mask.shape[0], mask.device
-        self.model, self.cache, self.position, self.mask = model, cache, position, mask
+        self.model, self.cache, self.mask = model, cache, mask
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.recorder, self.recorded, self.calls = recorder, None, 0
@@ -180,7 +180,7 @@ def decode_static(
         recorder = CudaGraph
     mask = torch.zeros(batch, width, dtype=torch.long, device=device)  # full width: a graph's shapes never change
     mask[:, :length] = prompt_mask
-    step = _Step(model, cache, position, mask, recorder)
+    step = _Step(model, cache, mask, recorder)
     positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)  # `generate`'s under left padding
     out = model(
         input_ids=ids, attention_mask=prompt_mask, position_ids=positions, past_key_values=cache, use_cache=True,

@@ -23,7 +23,7 @@ _VALID, _SPAN, _FORWARD, _BACKWARD, _PROTECTED, _LAMBDA = range(6)  # per-token 
 _FILTERED, _FLIPPED, _KEPT_ACTIVE, _NONEMPTY, _ENTROPY, _ONE = range(6, 12)  # per-row flags (and ⟨H⟩_i)
 # Columns: the rows summed over, by the row weights `active` (A ≠ 0), `negative` (A < 0), every row.
 _ACTIVE, _NEGATIVE, _ALL = range(3)
-_COLUMNS = 3
+_COLUMNS = _ALL + 1
 # key: (numerator, denominator), each a (table row, column).
 _FRACTIONS = {
     "gtpo/conflict_token_frac": ((_SPAN, _ACTIVE), (_VALID, _ACTIVE)),

@@ -138,7 +138,7 @@ def log_metrics(trainer, mode, metrics, per_token_logps, old_per_token_logps, en
     totals = gathered[:, :width].sum(dim=0)  # summed over ranks
     values = torch.cat([totals[:-1] / totals[-1].clamp(min=1.0), gathered[:, width:].nanmean(dim=0)]).tolist()
     token_means, means = values[: width - 1], values[width - 1 :]
-    entropy, clip_means = token_means[0], token_means[1:] if clipped else [0.0, 0.0, 0.0]
+    entropy, clip_means = token_means[0], (token_means[1:] if clipped else [0.0, 0.0, 0.0])
     names = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
     for key, value in zip(names, (entropy, *clip_means), strict=True):
         trainer._metrics[mode][key].append(value)
