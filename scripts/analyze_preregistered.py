@@ -10,6 +10,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
     .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
+    .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -35,7 +36,9 @@ only the seeds whose first group lacked it can be discordant.
 
 Study F: study D's primary outcome with arms ``gtpo-guard`` and ``grpo`` (the paired gtpo-guard - grpo held-out pass@1
 difference, 95 % t-interval, two-sided), and as its registered secondary outcome E's stall rule (no full-format group
-in steps 1-15) applied to each arm's runs, with McNemar's exact p in each direction, descriptive.
+in steps 1-15) applied to each arm's runs, with McNemar's exact p in each direction, descriptive; beside them the
+other registered secondaries this script computes: held-out length and cut share, paired (``heldout`` on F's arms),
+and per gtpo-guard run the share of conflict-span tokens at λ 0 in its completion record (``span_lambda_shares``).
 """
 
 from __future__ import annotations
@@ -351,17 +354,18 @@ def study_d(study: Path, arms: tuple[str, str] = ARMS) -> dict:
     return result
 
 
-def seeds_table(study: Path) -> list[str]:
+def seeds_table(study: Path, arms: tuple[str, str] = ARMS) -> list[str]:
     """Secondary, per seed where both arms are evaluated (the per-seed table of study A's and D's sections): each
     arm's held-out pass@1 / pass@8 / maj@8 in %, its mean TRL ``entropy`` over its last 10 logged steps, and the
-    seed's pass@1 difference gtpo - grpo (d_S, the primary outcome's terms)."""
+    seed's pass@1 difference arms[0] - arms[1] (gtpo - grpo: d_S, the primary outcome's terms)."""
+    first, second = arms
     lines = [
-        "| seed | gtpo pass@1 / pass@8 / maj@8 % | grpo pass@1 / pass@8 / maj@8 % "
-        "| entropy, last 10 steps, gtpo / grpo | pass@1 gtpo - grpo |",
+        f"| seed | {first} pass@1 / pass@8 / maj@8 % | {second} pass@1 / pass@8 / maj@8 % "
+        f"| entropy, last 10 steps, {first} / {second} | pass@1 {first} - {second} |",
         "|---|---|---|---|---|",
     ]
-    for seed in sorted(set(_seeds(study, "gtpo")) & set(_seeds(study, "grpo"))):
-        runs = [study / "runs" / arm / f"seed{seed}" for arm in ARMS]
+    for seed in sorted(set(_seeds(study, first)) & set(_seeds(study, second))):
+        runs = [study / "runs" / arm / f"seed{seed}" for arm in arms]
         results = [_eval_results(run) for run in runs]
         rows = [_finished_rows(run) for run in runs]
         if not all(results) or None in rows:
@@ -382,13 +386,14 @@ HELDOUT_KEYS = (
 )
 
 
-def heldout(study: Path) -> dict:
-    """Secondary outcome of study D (its PREREGISTRATION.md, "Secondary outcomes"): held-out mean completion length and
-    share of completions cut at the token limit, from each run's ``eval/synthetic/results.json`` (``mean_length``;
-    ``truncated_frac`` in %): per arm the mean with its 95 % t-interval, and the paired gtpo - grpo difference over
-    the seeds where both arms' evaluations are complete."""
-    values: dict[str, dict[str, dict[int, float]]] = {key: {arm: {} for arm in ARMS} for key, _, _ in HELDOUT_KEYS}
-    for arm in ARMS:
+def heldout(study: Path, arms: tuple[str, str] = ARMS) -> dict:
+    """Secondary outcome of studies D and F (their PREREGISTRATION.md, "Secondary outcomes"): held-out mean completion
+    length and share of completions cut at the token limit, from each run's ``eval/synthetic/results.json``
+    (``mean_length``; ``truncated_frac`` in %): per arm the mean with its 95 % t-interval, and the paired arms[0] -
+    arms[1] difference (gtpo - grpo) over the seeds where both arms' evaluations are complete."""
+    first, second = arms
+    values: dict[str, dict[str, dict[int, float]]] = {key: {arm: {} for arm in arms} for key, _, _ in HELDOUT_KEYS}
+    for arm in arms:
         for seed in _seeds(study, arm):
             results = _eval_results(study / "runs" / arm / f"seed{seed}")  # read once for both keys
             for key, scale, _ in HELDOUT_KEYS:
@@ -398,14 +403,13 @@ def heldout(study: Path) -> dict:
                     continue
     result = {}
     for key, _, label in HELDOUT_KEYS:
-        gtpo, grpo = values[key]["gtpo"], values[key]["grpo"]
-        seeds = sorted(set(gtpo) & set(grpo))
-        result[label] = {
-            "seeds": seeds,
-            "gtpo": mean_interval([gtpo[s] for s in seeds]).as_dict(),
-            "grpo": mean_interval([grpo[s] for s in seeds]).as_dict(),
-            "gtpo - grpo": mean_interval([gtpo[s] - grpo[s] for s in seeds]).as_dict(),
-        }
+        a, b = values[key][first], values[key][second]
+        seeds = sorted(set(a) & set(b))
+        result[label] = {"seeds": seeds}
+        if seeds:  # none while no seed has both evaluations
+            result[label][first] = mean_interval([a[s] for s in seeds]).as_dict()
+            result[label][second] = mean_interval([b[s] for s in seeds]).as_dict()
+            result[label][f"{first} - {second}"] = mean_interval([a[s] - b[s] for s in seeds]).as_dict()
     return result
 
 
@@ -458,9 +462,46 @@ def study_e(study: Path, arms: tuple[str, str] = E_ARMS, last_step: int = E_STEP
     return result
 
 
+def span_lambda_shares(run: Path) -> dict | None:
+    """From a run's completion record (``completions/``, one group per step in the studies): over all its recorded
+    steps, the span tokens (each recorded completion's forward span and backward span, a token in both counted
+    once) and the share of them whose λ, as the loss applied it, is 0, is 2, and is 0 among positive completions'
+    span tokens (A_i > 0). Under the paper's Eq. 5 a positive's span token gets 2 and a negative's 0; under the
+    stall guard (``conflict_guard``) every span token gets 0 or 1, and a positive's 0 is where the guard withheld the
+    doubled push (its sharers' advantages summed below 0). None for a run without a record."""
+    from gtpo.runs import completions as records
+
+    steps = records.recorded_steps(run)
+    if not steps:
+        return None
+    span = zero = doubled = positive = positive_zero = 0
+    for step in steps:
+        c = records.read_step(run, step)["columns"]
+        for i, ids in enumerate(c["completion_ids"]):
+            n = len(ids)
+            lam = records.lambda_row(c["lambda_positions"][i], c["lambda_values"][i], n)
+            fw, bw = c["forward_span"][i], c["backward_span"][i]
+            in_span = [t for t in range(n) if t < fw or t >= n - bw]
+            zeros = sum(lam[t] == 0.0 for t in in_span)
+            span, zero, doubled = span + len(in_span), zero + zeros, doubled + sum(lam[t] == 2.0 for t in in_span)
+            if c["advantage"][i] > 0:
+                positive, positive_zero = positive + len(in_span), positive_zero + zeros
+    return {
+        "steps": len(steps),
+        "span tokens": span,
+        "λ 0 %": 100.0 * zero / span if span else None,
+        "λ 2 %": 100.0 * doubled / span if span else None,
+        "positive span tokens": positive,
+        "positive λ 0 %": 100.0 * positive_zero / positive if positive else None,
+    }
+
+
 def study_f(study: Path) -> dict:
-    """Study F: the primary outcome (study D's computation on arms gtpo-guard and grpo) and the registered secondary
-    one, E's stall rule per arm over steps 1-15 with McNemar's exact p in each direction (descriptive)."""
+    """Study F: the primary outcome (study D's computation on arms gtpo-guard and grpo), the registered secondary
+    one (E's stall rule per arm over steps 1-15 with McNemar's exact p in each direction, descriptive), and the other
+    registered secondaries computed here: held-out length and cut share paired (``heldout``) and, per finished
+    gtpo-guard run, the span tokens the guard set to λ 0 (``span_lambda_shares``; the remaining pass@k / maj@k
+    intervals are in the study's summary.md, the last-10-step training metrics in ``runs``)."""
     result = study_d(study, F_ARMS)
     stall = study_e(study, F_ARMS)
     only = stall["discordant"]
@@ -472,6 +513,13 @@ def study_f(study: Path) -> dict:
         "first_group_without_full_format": stall["first_group_without_full_format"],
         "p_one_sided_guard_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
         "p_one_sided_grpo_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
+    }
+    result["secondary_heldout"] = heldout(study, F_ARMS)
+    guard = F_ARMS[0]
+    result["secondary_guard_spans"] = {
+        seed: span_lambda_shares(study / "runs" / guard / f"seed{seed}")
+        for seed in _seeds(study, guard)
+        if _finished(study / "runs" / guard / f"seed{seed}")
     }
     return result
 
@@ -516,20 +564,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout"))
     parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
-    parser.add_argument("--arms", nargs=2, metavar=("A", "B"), help="with e: E's stall rule on two other arms")
+    parser.add_argument(
+        "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
+    )
     args = parser.parse_args(argv)
-    if args.arms and args.what != "e":
-        parser.error("--arms goes with e")
+    if args.arms and args.what not in ("e", "seeds", "heldout"):
+        parser.error("--arms goes with e, seeds or heldout")
+    arms = tuple(args.arms) if args.arms else None
     if args.what == "power":
         print("\n".join(power_table()))
         return 0
     if args.study is None:
         parser.error(f"{args.what} needs the study folder")
-    if args.what in ("runs", "seeds"):
-        print("\n".join((runs_table if args.what == "runs" else seeds_table)(args.study)))
+    if args.what == "runs":
+        print("\n".join(runs_table(args.study)))
         return 0
-    if args.what == "e" and args.arms:
-        print(json.dumps(study_e(args.study, arms=tuple(args.arms)), indent=2))
+    if args.what == "seeds":
+        print("\n".join(seeds_table(args.study, arms or ARMS)))
+        return 0
+    if arms:  # e or heldout on two other arms
+        print(json.dumps((study_e if args.what == "e" else heldout)(args.study, arms), indent=2))
         return 0
     result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout}[args.what](args.study)
     print(json.dumps(result, indent=2))

@@ -354,6 +354,8 @@ def test_study_f_primary_is_study_ds_computation_and_its_stall_secondary_counts_
     assert stall["first_group_without_full_format"] == [300, 301, 302, 303]
     assert stall["p_one_sided_grpo_stalls_more"] == pytest.approx(0.5)  # P(B >= 1), B ~ Bin(1, 1/2)
     assert stall["p_one_sided_guard_stalls_more"] == pytest.approx(1.0)
+    assert result["secondary_heldout"]["held-out mean length (tokens)"]["seeds"] == []  # no lengths evaluated here
+    assert result["secondary_guard_spans"] == dict.fromkeys(range(300, 304))  # finished, but no completion record
 
 
 def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered():
@@ -393,3 +395,62 @@ def test_e_with_arms_applies_the_stall_rule_to_two_other_arms(tmp_path, capsys):
     assert result["first_full_format_step"] == {"gtpo": {"100": None}, "gtpo-guard": {"100": 3}}
     with pytest.raises(SystemExit):
         analysis.main(["d", str(study), "--arms", "gtpo", "gtpo-guard"])
+
+
+def test_heldout_and_seeds_take_two_other_arms(tmp_path, capsys):
+    """Study F's registered length and cut-share pairs use its arms: ``heldout(study, ("gtpo-guard", "grpo"))`` keys
+    the figures by those arms and pairs the seeds both evaluated (by hand: guard 30, 10 and grpo 40, 14 tokens at
+    seeds 1 and 3: means 20 and 27, paired (-10 - 4) / 2 = -7); ``seeds --arms`` labels its columns with them."""
+    for arm, seed, length in (("gtpo-guard", 1, 30.0), ("grpo", 1, 40.0), ("gtpo-guard", 2, 20.0),
+                              ("gtpo-guard", 3, 10.0), ("grpo", 3, 14.0)):  # fmt: skip
+        folder = tmp_path / "runs" / arm / f"seed{seed}" / "eval" / "synthetic"
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps({"mean_length": length, "truncated_frac": 0.0}))
+    length = analysis.heldout(tmp_path, analysis.F_ARMS)["held-out mean length (tokens)"]
+    assert length["seeds"] == [1, 3]
+    assert length["gtpo-guard"]["mean"] == 20.0 and length["grpo"]["mean"] == 27.0
+    assert length["gtpo-guard - grpo"]["mean"] == -7.0
+    assert analysis.main(["heldout", str(tmp_path), "--arms", "gtpo-guard", "grpo"]) == 0
+    assert json.loads(capsys.readouterr().out)["held-out mean length (tokens)"] == length
+    assert analysis.main(["seeds", str(tmp_path), "--arms", "gtpo-guard", "grpo"]) == 0
+    assert "| pass@1 gtpo-guard - grpo |" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_span_lambda_shares_count_a_hand_built_record(tmp_path):
+    """The guard's λ-0 share is read from the record as the loss applied it. Hand-built step of 3 completions:
+    row 0 (A > 0, 5 tokens, forward span 2, backward span 1): λ 0 at 0, 1 at 1 and 4 -> 3 span tokens, 1 zero;
+    row 1 (A < 0, 4 tokens, forward 2, backward 3: spans overlap at 1, counted once -> tokens 0-3): λ 0 at 0 and 3
+    -> 4 span tokens, 2 zeros; row 2 (A = 0, no span). Totals: 7 span tokens, 3 at λ 0 (42.86 %), none at 2;
+    positives 3 tokens, 1 at 0 (33.33 %). A second step with λ 2 on a positive's 2 span tokens adds 2 tokens at 2."""
+    from gtpo.runs import completions as records
+
+    metadata = {key: None for key in records.METADATA_FIELDS}
+    columns = {
+        "completion_ids": [[1, 2, 3, 4, 5], [1, 2, 9, 5], [7]],
+        "advantage": [1.0, -1.0, 0.0],
+        "forward_span": [2, 2, 0],
+        "backward_span": [1, 3, 0],
+        "lambda_positions": [[0], [0, 3], []],
+        "lambda_values": [[0.0], [0.0, 0.0], []],
+    }
+    records.write_step(tmp_path, 1, columns, metadata)
+    second = {**columns, "forward_span": [2, 0, 0], "backward_span": [0, 0, 0], "lambda_positions": [[0, 1], [], []],
+              "lambda_values": [[2.0, 2.0], [], []]}  # fmt: skip
+    records.write_step(tmp_path, 2, second, metadata)
+    shares = analysis.span_lambda_shares(tmp_path)
+    assert shares["steps"] == 2 and shares["span tokens"] == 9 and shares["positive span tokens"] == 5
+    assert shares["λ 0 %"] == pytest.approx(100 * 3 / 9) and shares["λ 2 %"] == pytest.approx(100 * 2 / 9)
+    assert shares["positive λ 0 %"] == pytest.approx(100 * 1 / 5)
+    assert analysis.span_lambda_shares(tmp_path / "no-record") is None
+
+
+def test_span_lambda_shares_tell_the_guard_from_eq5_on_the_committed_screen():
+    """On the exploratory guard screen's committed records (C's seed 100, 15 steps): plain GTPO's span tokens are all
+    λ 2 (positives) or λ 0 (negatives), never 0 on a positive (Eq. 5); the guard's are never 2, and some positives'
+    are 0 (the withheld promotion)."""
+    screen = ROOT / "studies" / "smollm2-synthetic-lr1e-3-guard" / "runs"
+    plain = analysis.span_lambda_shares(screen / "gtpo" / "seed100")
+    guard = analysis.span_lambda_shares(screen / "gtpo-guard" / "seed100")
+    assert plain["steps"] == guard["steps"] == 15
+    assert plain["λ 0 %"] + plain["λ 2 %"] == pytest.approx(100.0) and plain["positive λ 0 %"] == 0.0
+    assert guard["λ 2 %"] == 0.0 and 0.0 < guard["positive λ 0 %"] < 100.0
