@@ -654,3 +654,147 @@ def test_the_one_flag_ablation_table_is_the_committed_runs():
         assert [(r["reward"], r["loss"]) for r in control.values()] == [
             (r["reward"], r["loss"]) for r in screen.values()
         ]
+
+
+# ------------------------------------------------------------------------------------------------------- study F
+
+STUDY_F = ROOT / "studies" / "smollm2-synthetic-lr2e-4-f"
+SUMMARY_F = json.loads((STUDY_F / "summary.json").read_text())
+SEEDS_F = list(range(300, 320))
+F_ARMS = ("gtpo-guard", "grpo")
+
+
+def _section_f() -> list[str]:
+    return _section("## Study F", "## The earlier partial study")
+
+
+def _f_flat() -> str:
+    return re.sub(r"\s+", " ", " ".join(_section_f()))
+
+
+def _t_interval(values: list[float], t: float) -> str:
+    """mean [low, high] with a hand-given t quantile, in the documents' style (2 decimals)."""
+    mean, half = statistics.mean(values), t * statistics.stdev(values) / len(values) ** 0.5
+    return f"{_num(mean, 2)} [{_num(mean - half, 2)}, {_num(mean + half, 2)}]"
+
+
+def test_study_f_is_complete_with_twenty_evaluated_pairs():
+    assert SUMMARY_F["finished_runs"] == SUMMARY_F["total_runs"] == 40
+    for arm in F_ARMS:
+        assert SUMMARY_F["arms"][arm]["aggregated_seeds"] == SEEDS_F
+    assert {pair["diff"]["n"] for pair in SUMMARY_F["pairs"]} == {20}
+    assert (STUDY_F / "code-commit").read_text().strip().startswith("19f5ce3")
+
+
+def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
+    """By hand, independent of the analysis script: d_S = 100 x (gtpo-guard - grpo) pass@1 from the 40 results.json
+    files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the summary, the study
+    document (top and section), the README and GTPOConfig.conflict_guard's help state it."""
+    diffs = [_pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F]
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+    low, high = mean - 2.093 * sd / 20**0.5, mean + 2.093 * sd / 20**0.5
+    result = _analysis().study_f(STUDY_F)
+    assert result["seeds"] == SEEDS_F
+    approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
+    assert (result["mean"], result["low"], result["high"]) == approx
+    pair = next(p["diff"] for p in SUMMARY_F["pairs"] if p["metric"] == "pass@1 %")
+    assert (pair["mean"], pair["low"], pair["high"]) == approx
+    figure = f"{_num(result['mean'], 2)} points [95 % interval {_num(result['low'], 2)}, {_num(result['high'], 2)}]"
+    section = _f_flat()
+    assert f"GTPO with the guard − GRPO held-out pass@1 = {figure} over 20 seed pairs" in section
+    assert result["high"] < 0 and "The interval excludes 0" in section  # the registered reading
+    assert f"every effect above {_num(result['high'], 2)} points), and a GRPO advantage larger than " \
+        f"{-result['low']:.1f} points" in section  # fmt: skip
+    assert f"The SD of the 20 differences is {sd:.2f} points" in section
+    assert f"at that SD 20 pairs detect {_analysis().detectable_effect(sd, 20):.1f} points with 80 % power" in section
+    assert f"guard arm was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
+    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    short = f"{_num(result['mean'], 2)} [{_num(result['low'], 2)}, {_num(result['high'], 2)}]"
+    assert f"GTPO with the stall guard's was too, {short}" in top
+    assert f"held-out pass@1 {figure}; no guard run stalled" in top
+    assert f"its observed SD, {sd:.2f} points, gives 80 % power at {_analysis().detectable_effect(sd, 20):.1f}" in top
+    readme = _flat(ROOT / "README.md")
+    assert f"GTPO with the guard − GRPO held-out pass@1 {figure} over seeds 300–319" in readme
+    from gtpo.trainer.config import GTPOConfig
+
+    help_text = GTPOConfig.__dataclass_fields__["conflict_guard"].metadata["help"]
+    assert f"{-result['mean']:.1f} points below GRPO's [95 % interval {-result['high']:.1f}, {-result['low']:.1f}]" \
+        in help_text  # fmt: skip
+
+
+@pytest.mark.parametrize("arm", F_ARMS)
+def test_study_f_document_states_each_arm_mean(arm):
+    row = next(line for line in _section_f() if line.startswith(f"| {arm} | "))
+    names = ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@2 %", "pass@4 %", "pass@8 %", "maj@4 %",
+             "maj@8 %")  # fmt: skip
+    _assert_arm_row(row, SUMMARY_F["arms"][arm]["metrics"], names)
+
+
+def test_study_f_document_states_each_paired_difference():
+    _assert_pair_rows(_section_f(), [p for p in SUMMARY_F["pairs"] if p["metric"] not in ("maj@1 %",)])
+
+
+def test_study_f_per_seed_and_per_run_tables_are_the_scripts():
+    section = _section_f()
+    for line in _analysis().seeds_table(STUDY_F, F_ARMS) + _analysis().runs_table(STUDY_F):
+        assert line in section, line
+
+
+def test_study_f_registered_secondary_figures_are_the_scripts():
+    """The registered secondaries the section states: held-out length and cut share paired, the stall rule per arm
+    (recomputed by hand from the metrics files: no step 1-15 with format mean >= 1.25), and the guard's λ-0 share of
+    span tokens from the records (median and range over the 20 guard runs)."""
+    result = _analysis().study_f(STUDY_F)
+    section = _f_flat()
+    for label, lead, unit in (("held-out mean length (tokens)", "mean length", " tokens"),
+                              ("held-out cut at the limit (%)", "cut at the 96-token limit", " %")):  # fmt: skip
+        figures = result["secondary_heldout"][label]
+        guard, grpo = _interval(figures["gtpo-guard"], 2), _interval(figures["grpo"], 2)
+        paired = _interval(figures["gtpo-guard - grpo"], 2, sign=True)
+        guard = guard.replace(" [", f"{unit} [", 1)
+        assert f"{lead} {guard} against {grpo}, paired {paired}" in section, label
+    runs = {(a, s): _last_steps(STUDY_F / f"runs/{a}/seed{s}/metrics.jsonl") for a in F_ARMS for s in SEEDS_F}
+    stalled = {a: [s for s in SEEDS_F if not any(runs[(a, s)][t]["rewards/format_reward/mean"] >= 1.25
+                                                 for t in range(1, 16))] for a in F_ARMS}  # fmt: skip
+    assert stalled == result["secondary_stall"]["stalled"] == {"gtpo-guard": [], "grpo": [313]}
+    assert "0 of 20 gtpo-guard runs and 1 of 20 grpo runs stalled (grpo/seed313)" in section
+    lacking = [s for s in SEEDS_F if runs[("grpo", s)][1]["rewards/format_reward/mean"] < 1.25]
+    assert lacking == result["secondary_stall"]["first_group_without_full_format"]
+    assert f"at {len(lacking)} of 20 seeds ({', '.join(map(str, lacking))})" in section
+    guard_steps = [_first_full_format(runs[("gtpo-guard", s)]) for s in lacking]
+    grpo_steps = [t for t in (_first_full_format(runs[("grpo", s)]) for s in lacking) if t <= 15]
+    assert f"the guard found the format at steps {min(guard_steps)}–{max(guard_steps)} at all nine" in section
+    assert f"GRPO at steps {min(grpo_steps)}–{max(grpo_steps)} at eight" in section
+    spans = result["secondary_guard_spans"]
+    assert len(spans) == 20 and all(v["λ 2 %"] == 0 for v in spans.values())
+    zero, positive = [v["λ 0 %"] for v in spans.values()], [v["positive λ 0 %"] for v in spans.values()]
+    assert f"median {statistics.median(zero):.1f} % of span tokens per run (range {min(zero):.1f}–{max(zero):.1f} %)" \
+        in section  # fmt: skip
+    assert f"median {statistics.median(positive):.1f} %, range {min(positive):.1f}–{max(positive):.1f} %" in section
+
+
+def test_study_f_post_hoc_figures_are_the_committed_runs():
+    """The post-hoc figures of the reading, by hand from the committed files: the difference over the seeds whose
+    first group lacked the full format and over the others (t_{0.975, 8} = 2.306, t_{0.975, 10} = 2.228), without
+    the four seeds of the two failure modes (t_{0.975, 15} = 2.131); the guard's late stall at seed 313 (full format
+    only at steps 3 and 11, all-partial 16-40) against grpo's first full format at step 26; the runaway seeds'
+    held-out cut shares."""
+    section = _f_flat()
+    diffs = {s: _pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F}
+    lacking = [305, 306, 307, 309, 312, 313, 315, 316, 317]
+    assert f"the difference was {_t_interval([diffs[s] for s in lacking], 2.306).replace(' [', ' points [', 1)}; " \
+        "at the other 11," in section  # fmt: skip
+    assert f"the other 11, {_t_interval([d for s, d in diffs.items() if s not in lacking], 2.228)}." in section
+    rest = [d for s, d in diffs.items() if s not in (309, 314, 318, 319)]
+    assert f"{_t_interval(rest, 2.131)} (16 pairs)" in section
+    worst = sorted(diffs, key=diffs.get)[:5]
+    assert sorted(worst) == [301, 309, 314, 318, 319]
+    for seed in worst:
+        assert f"{seed} ({_num(diffs[seed], 1)})" in section, seed
+    guard = _last_steps(STUDY_F / "runs/gtpo-guard/seed313/metrics.jsonl")
+    assert [t for t, r in guard.items() if r["rewards/format_reward/mean"] >= 1.25] == [3, 11]
+    assert all(guard[t]["rewards/format_reward/mean"] == 1.0 for t in range(16, 41))
+    assert _first_full_format(_last_steps(STUDY_F / "runs/grpo/seed313/metrics.jsonl")) == 26
+    results = [STUDY_F / f"runs/gtpo-guard/seed{s}/eval/synthetic/results.json" for s in (309, 314)]
+    cut = [100 * json.loads(path.read_text())["truncated_frac"] for path in results]
+    assert f"{cut[0]:.1f} % and {cut[1]:.1f} % of their held-out completions cut" in section
