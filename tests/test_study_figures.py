@@ -718,7 +718,7 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     from gtpo.trainer.config import GTPOConfig
 
     help_text = GTPOConfig.__dataclass_fields__["conflict_guard"].metadata["help"]
-    assert f"{-result['mean']:.1f} points below GRPO's [95 % interval {-result['high']:.1f}, {-result['low']:.1f}]" \
+    assert f"{-result['mean']:.1f} points below GRPO's [{-result['high']:.1f}, {-result['low']:.1f}] (95 percent" \
         in help_text  # fmt: skip
 
 

@@ -149,6 +149,7 @@ class GTPOConfig(GRPOConfig):
             "choices": list(SPAN_SIDES),
         },
     )
+    # Help texts carry no percent sign: argparse %-formats them (`gtpo train --help`).
     conflict_guard: bool = field(
         default=False,
         metadata={
@@ -161,9 +162,9 @@ class GTPOConfig(GRPOConfig):
             "over one only positives had, and the group converged on it (docs/study-gtpo-vs-grpo.md, 'The "
             "mechanism'). Study F (pre-registered; SmolLM2-135M, synthetic arithmetic, lr 2e-4, 40 steps, 20 seed "
             "pairs): none of its runs stalled by study E's rule (GRPO: 1 of 20; one ended on the partial format), but "
-            "its held-out pass@1 was 10.1 points below GRPO's "
-            "[95 % interval 2.7, 17.5], and 2 of its 20 runs ran to the length limit (docs/study-gtpo-vs-grpo.md, "
-            "'Study F'): an option for runs that stall, not a recommendation. Replaces conflict_positive_weight, "
+            "its held-out pass@1 was 10.1 points below GRPO's [2.7, 17.5] (95 percent interval), and 2 of its 20 "
+            "runs ran to the length limit (docs/study-gtpo-vs-grpo.md, 'Study F'): an option for runs that stall, "
+            "not a recommendation. Replaces conflict_positive_weight, "
             "conflict_negative_weight and conflict_combine (leave them at their defaults); conflict_span_sides "
             "still chooses the spans."
         },
