@@ -498,6 +498,23 @@ SUMMARY_D = json.loads((STUDY_D / "summary.json").read_text())
 SEEDS_D = list(range(100, 112))
 
 
+def _assert_primary_documented(section: str, label: str, diffs: list[float]) -> str:
+    """A held-out study's section (whitespace flattened) states its primary outcome from the per-seed differences,
+    by hand (mean +- t_{0.975, n-1} s / sqrt(n); the callers also check the interval with t from a table):
+    `label held-out pass@1 = figure over n seed pairs`, the registered reading (the interval excludes 0, GRPO
+    higher), the effects excluded, the SD and the effect n pairs detect at it. Returns the figure."""
+    n, mean, sd = len(diffs), statistics.mean(diffs), statistics.stdev(diffs)
+    half = _analysis().t_quantile(0.975, n - 1) * sd / n**0.5
+    low, high = mean - half, mean + half
+    figure = f"{_num(mean, 2)} points [95 % interval {_num(low, 2)}, {_num(high, 2)}]"
+    assert f"{label} held-out pass@1 = {figure} over {n} seed pairs" in section
+    assert high < 0 and "The interval excludes 0" in section  # the registered reading
+    assert f"every effect above {_num(high, 2)} points), and a GRPO advantage larger than {-low:.1f} points" in section
+    assert f"The SD of the {n} differences is {sd:.2f} points" in section
+    assert f"at that SD {n} pairs detect {_analysis().detectable_effect(sd, n):.1f} points with 80 % power" in section
+    return figure
+
+
 def _section_d() -> list[str]:
     return _section("## Study D", "## The earlier partial study")
 
@@ -523,14 +540,9 @@ def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
     )  # fmt: skip
     pair = next(p["diff"] for p in SUMMARY_D["pairs"] if p["metric"] == "pass@1 %")
     assert (pair["mean"], pair["low"], pair["high"]) == (pytest.approx(mean), pytest.approx(low), pytest.approx(high))
-    figure = f"{_num(mean, 2)} points [95 % interval {_num(low, 2)}, {_num(high, 2)}]"
     section = re.sub(r"\s+", " ", " ".join(_section_d()))
-    assert f"GTPO − GRPO held-out pass@1 = {figure} over 12 seed pairs" in section
-    assert high < 0 and "The interval excludes 0" in section  # the registered reading
-    assert f"any GTPO advantage (every effect above {_num(high, 2)} points), and a GRPO advantage larger than " \
-        f"{-low:.1f} points" in section  # fmt: skip
-    assert f"The SD of the 12 differences is {sd:.2f} points" in section
-    assert f"at that SD 12 pairs detect {_analysis().detectable_effect(sd, 12):.1f} points with 80 % power" in section
+    figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
+    assert f"any GTPO advantage (every effect above {_num(high, 2)} points)" in section
     assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 12 seeds" in section
     top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
     assert f"GTPO − GRPO pass@1 {figure}" in top
@@ -543,24 +555,6 @@ def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
         f"{_num(arms['gtpo']['high'], 1)}], GRPO {_num(arms['grpo']['mean'], 1)} % [{_num(arms['grpo']['low'], 1)}, "
         f"{_num(arms['grpo']['high'], 1)}]"
     ) in readme
-
-
-@pytest.mark.parametrize("arm", ["gtpo", "grpo"])
-def test_study_d_document_states_each_arm_mean(arm):
-    row = next(line for line in _section_d() if line.startswith(f"| {arm} | "))
-    names = ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@2 %", "pass@4 %", "pass@8 %", "maj@4 %",
-             "maj@8 %")  # fmt: skip
-    _assert_arm_row(row, SUMMARY_D["arms"][arm]["metrics"], names)
-
-
-def test_study_d_document_states_each_paired_difference():
-    _assert_pair_rows(_section_d(), [p for p in SUMMARY_D["pairs"] if p["metric"] not in ("maj@1 %",)])
-
-
-def test_study_d_per_seed_and_per_run_tables_are_the_scripts():
-    section = _section_d()
-    for line in _analysis().seeds_table(STUDY_D) + _analysis().runs_table(STUDY_D):
-        assert line in section, line
 
 
 def test_study_d_held_out_length_and_post_hoc_figures():
@@ -699,14 +693,8 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     assert (result["mean"], result["low"], result["high"]) == approx
     pair = next(p["diff"] for p in SUMMARY_F["pairs"] if p["metric"] == "pass@1 %")
     assert (pair["mean"], pair["low"], pair["high"]) == approx
-    figure = f"{_num(result['mean'], 2)} points [95 % interval {_num(result['low'], 2)}, {_num(result['high'], 2)}]"
     section = _f_flat()
-    assert f"GTPO with the guard − GRPO held-out pass@1 = {figure} over 20 seed pairs" in section
-    assert result["high"] < 0 and "The interval excludes 0" in section  # the registered reading
-    assert f"every effect above {_num(result['high'], 2)} points), and a GRPO advantage larger than " \
-        f"{-result['low']:.1f} points" in section  # fmt: skip
-    assert f"The SD of the 20 differences is {sd:.2f} points" in section
-    assert f"at that SD 20 pairs detect {_analysis().detectable_effect(sd, 20):.1f} points with 80 % power" in section
+    figure = _assert_primary_documented(section, "GTPO with the guard − GRPO", diffs)
     assert f"guard arm was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
     top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
     short = f"{_num(result['mean'], 2)} [{_num(result['low'], 2)}, {_num(result['high'], 2)}]"
@@ -722,22 +710,35 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
         in help_text  # fmt: skip
 
 
-@pytest.mark.parametrize("arm", F_ARMS)
-def test_study_f_document_states_each_arm_mean(arm):
-    row = next(line for line in _section_f() if line.startswith(f"| {arm} | "))
+# The two held-out studies (D, F): section, summary, folder, arms. Their document sections have the same tables.
+HELD_OUT_STUDIES = {
+    "d": (_section_d, SUMMARY_D, STUDY_D, ("gtpo", "grpo")),
+    "f": (_section_f, SUMMARY_F, STUDY_F, F_ARMS),
+}
+
+
+@pytest.mark.parametrize("study", HELD_OUT_STUDIES)
+def test_held_out_study_document_states_each_arm_mean(study):
+    section, summary, _, arms = HELD_OUT_STUDIES[study]
     names = ("reward", "format %", "accuracy %", "entropy", "pass@1 %", "pass@2 %", "pass@4 %", "pass@8 %", "maj@4 %",
              "maj@8 %")  # fmt: skip
-    _assert_arm_row(row, SUMMARY_F["arms"][arm]["metrics"], names)
+    for arm in arms:
+        row = next(line for line in section() if line.startswith(f"| {arm} | "))
+        _assert_arm_row(row, summary["arms"][arm]["metrics"], names)
 
 
-def test_study_f_document_states_each_paired_difference():
-    _assert_pair_rows(_section_f(), [p for p in SUMMARY_F["pairs"] if p["metric"] not in ("maj@1 %",)])
+@pytest.mark.parametrize("study", HELD_OUT_STUDIES)
+def test_held_out_study_document_states_each_paired_difference(study):
+    section, summary, _, _ = HELD_OUT_STUDIES[study]
+    _assert_pair_rows(section(), [p for p in summary["pairs"] if p["metric"] != "maj@1 %"])
 
 
-def test_study_f_per_seed_and_per_run_tables_are_the_scripts():
-    section = _section_f()
-    for line in _analysis().seeds_table(STUDY_F, F_ARMS) + _analysis().runs_table(STUDY_F):
-        assert line in section, line
+@pytest.mark.parametrize("study", HELD_OUT_STUDIES)
+def test_held_out_study_per_seed_and_per_run_tables_are_the_scripts(study):
+    section, _, folder, arms = HELD_OUT_STUDIES[study]
+    lines = section()
+    for line in _analysis().seeds_table(folder, arms) + _analysis().runs_table(folder):
+        assert line in lines, line
 
 
 def test_study_f_registered_secondary_figures_are_the_scripts():
