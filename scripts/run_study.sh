@@ -11,6 +11,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr1e-3-guard       # exploratory: the stall guard on C's stalled seeds
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-d-rerun     # exploratory: D's two failed GTPO seeds, recorded
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
+#   scripts/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -21,7 +22,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -120,6 +121,17 @@ case $name in
               --seeds 300 301 302 303 304 305 306 307 308 309 310 311 312 313 314 315 316 317 318 319
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
+    smollm2-synthetic-lr2e-4-guard-gamma)
+        # Exploratory (after study F's analysis; no registration): two gtpo-guard runs of F ran to the length limit
+        # (seeds 309, 314). Candidate: where all eight rewards are equal, A = 0 and Eq. 7's shift gives every
+        # completion A' = -γ⟨H⟩ < 0, a push down on every sampled token, the end of sequence included (docs/core.md),
+        # which Eq. 5's doubled push on a shared ending no longer offsets under the guard. Test: the same two seeds with
+        # γ = 0, and the guard as in F (the control: it must repeat F's runs). F's code commit (code-commit written
+        # before the first start), F's settings, no held-out evaluation.
+        recipe=$pinned_recipe
+        args=(--recipe "$recipe" --variant 'guard-nogamma:--conflict_guard true --entropy_gamma 0'
+              --variant 'gtpo-guard:--conflict_guard true'
+              --seeds 309 314 --save-steps 5 -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac

@@ -296,3 +296,16 @@ def test_the_d_rerun_runs_ds_failed_gtpo_seeds_at_ds_settings():
     assert _variants(words) == ["gtpo:", "gtpo-guard:--conflict_guard true"]
     assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
     assert d[d.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "$dtype_cd"] and "--eval" not in words
+
+
+def test_the_guard_gamma_screen_runs_fs_runaway_seeds_at_fs_settings_and_code():
+    """Exploratory (after study F): F's two runaway gtpo-guard seeds at F's settings and code commit, the guard as in
+    F (the control) and with γ = 0, training only."""
+    words = _study_arguments("smollm2-synthetic-lr2e-4-guard-gamma")
+    f = _study_arguments("smollm2-synthetic-lr2e-4-f")
+    assert _seeds(words) == [309, 314] and set(_seeds(words)) <= set(_seeds(f))
+    assert _variants(words) == ["guard-nogamma:--conflict_guard true --entropy_gamma 0", _variants(f)[0]]
+    assert words[words.index("--") + 1 :] == f[f.index("--") + 1 :] and "--eval" not in words
+    study = ROOT / "studies"
+    code = (study / "smollm2-synthetic-lr2e-4-guard-gamma" / "code-commit").read_text()
+    assert code == (study / "smollm2-synthetic-lr2e-4-f" / "code-commit").read_text()
