@@ -799,3 +799,32 @@ def test_study_f_post_hoc_figures_are_the_committed_runs():
     results = [STUDY_F / f"runs/gtpo-guard/seed{s}/eval/synthetic/results.json" for s in (309, 314)]
     cut = [100 * json.loads(path.read_text())["truncated_frac"] for path in results]
     assert f"{cut[0]:.1f} % and {cut[1]:.1f} % of their held-out completions cut" in section
+
+
+def test_the_guard_gamma_screen_is_the_committed_runs():
+    """docs/study-gtpo-vs-grpo.md's exploratory screen after study F: its control repeats F's two runaway gtpo-guard
+    runs step for step (reward and loss), its per-run table is the script's, the γ = 0 runs did not run away, and
+    the share of all-equal-reward steps it quotes is F's metrics files'."""
+    screen = ROOT / "studies" / "smollm2-synthetic-lr2e-4-guard-gamma"
+    for seed in (309, 314):
+        control = _last_steps(screen / f"runs/gtpo-guard/seed{seed}/metrics.jsonl")
+        f_run = _last_steps(STUDY_F / f"runs/gtpo-guard/seed{seed}/metrics.jsonl")
+        assert len(control) == 40 and [(r["reward"], r["loss"]) for r in control.values()] == [
+            (r["reward"], r["loss"]) for r in f_run.values()
+        ]
+    section = _section("### After the analysis: the guard's runaway", "## The earlier partial study")
+    rows = _analysis().runs_table(screen)
+    for line in rows:
+        assert line in section, line
+    assert [line.split(" | ")[7] for line in rows[2:]] == ["yes", "yes", "no", "no"]  # the "ran away" column
+    equal = {
+        arm: [sum(_last_steps(STUDY_F / f"runs/{arm}/seed{s}/metrics.jsonl")[t]["frac_reward_zero_std"]
+                  for t in range(31, 41)) for s in SEEDS_F]
+        for arm in F_ARMS
+    }  # fmt: skip
+    every = equal["gtpo-guard"] + equal["grpo"]
+    text = re.sub(r"\s+", " ", " ".join(section))
+    assert (
+        f"a median of {statistics.median(equal['gtpo-guard']):.0f} in F's gtpo-guard runs and "
+        f"{statistics.median(equal['grpo']):.0f} in its grpo runs, range {min(every):.0f}–{max(every):.0f}"
+    ) in text
