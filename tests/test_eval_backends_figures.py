@@ -7,12 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from cli_helpers import flat  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "docs" / "measurements" / "cpu-amx-20261127-eval-backends"
-
-
-def _flat(path: Path) -> str:
-    return re.sub(r"\s+", " ", path.read_text())
 
 
 def test_documents_quote_the_logged_medians():
@@ -27,13 +25,13 @@ def test_documents_quote_the_logged_medians():
     (t_load, t_job, t_rate), (v_load, v_job, v_rate) = median["transformers"], median["vllm"]
     assert v_rate < t_rate and "vLLM samples no faster per token here" in log  # the documents' reading
     whole = float(re.search(r"whole process ([\d.]+)x", log).group(1))
-    evaluation = _flat(ROOT / "docs" / "evaluation.md")
+    evaluation = flat((ROOT / "docs" / "evaluation.md").read_text())
     assert (
         f"loaded in {t_load:.1f} s and sampled and graded in {t_job:.1f} s ({t_rate:.0f} tokens a second)" in evaluation
     )
     assert f"started in {v_load:.1f} s and took {v_job:.1f} s for the job ({v_rate:.0f} tokens a second), " \
         f"{whole:.1f}x the whole process" in evaluation  # fmt: skip
-    performance = _flat(ROOT / "docs" / "performance.md")
+    performance = flat((ROOT / "docs" / "performance.md").read_text())
     assert f"{v_load:.1f} s to start and {v_job:.1f} s for the job against the transformers backend's {t_load:.1f} s " \
         f"and {t_job:.1f} s, {v_rate:.0f} against {t_rate:.0f} tokens a second" in performance  # fmt: skip
     table = (MEASURED / "README.md").read_text()

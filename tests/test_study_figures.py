@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import statistics
 from pathlib import Path
 
 import pytest
 
-from cli_helpers import load_script  # noqa: E402
+from cli_helpers import flat, load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
@@ -39,7 +38,7 @@ def _interval(d: dict, digits: int, sign: bool = False) -> str:
 
 
 def _flat(path: Path) -> str:
-    return re.sub(r"\s+", " ", path.read_text())
+    return flat(path.read_text())
 
 
 def _section(start: str, end: str) -> list[str]:
@@ -540,7 +539,7 @@ def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
     )  # fmt: skip
     pair = next(p["diff"] for p in SUMMARY_D["pairs"] if p["metric"] == "pass@1 %")
     assert (pair["mean"], pair["low"], pair["high"]) == (pytest.approx(mean), pytest.approx(low), pytest.approx(high))
-    section = re.sub(r"\s+", " ", " ".join(_section_d()))
+    section = flat(" ".join(_section_d()))
     figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
     assert f"any GTPO advantage (every effect above {_num(high, 2)} points)" in section
     assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 12 seeds" in section
@@ -561,7 +560,7 @@ def test_study_d_held_out_length_and_post_hoc_figures():
     """The registered length secondary from the script, and the post-hoc figures recomputed by hand: the two seeds'
     differences, the mean without them, gtpo/seed105's stall (no step with format mean >= 1.25) and the seeds whose
     first group lacked the full format, as in study C."""
-    section = re.sub(r"\s+", " ", " ".join(_section_d()))
+    section = flat(" ".join(_section_d()))
     held = _analysis().heldout(STUDY_D)
     length, cut = held["held-out mean length (tokens)"], held["held-out cut at the limit (%)"]
     assert (
@@ -663,7 +662,13 @@ def _section_f() -> list[str]:
 
 
 def _f_flat() -> str:
-    return re.sub(r"\s+", " ", " ".join(_section_f()))
+    return flat(" ".join(_section_f()))
+
+
+@functools.cache
+def _study_f() -> dict:
+    """`analyze_preregistered.py f`'s result (it reads the 800 completion files of the guard arm: computed once)."""
+    return _analysis().study_f(STUDY_F)
 
 
 def _t_interval(values: list[float], t: float) -> str:
@@ -687,7 +692,7 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     diffs = [_pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F]
     mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
     low, high = mean - 2.093 * sd / 20**0.5, mean + 2.093 * sd / 20**0.5
-    result = _analysis().study_f(STUDY_F)
+    result = _study_f()
     assert result["seeds"] == SEEDS_F
     approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
     assert (result["mean"], result["low"], result["high"]) == approx
@@ -745,7 +750,7 @@ def test_study_f_registered_secondary_figures_are_the_scripts():
     """The registered secondaries the section states: held-out length and cut share paired, the stall rule per arm
     (recomputed by hand from the metrics files: no step 1-15 with format mean >= 1.25), and the guard's λ-0 share of
     span tokens from the records (median and range over the 20 guard runs)."""
-    result = _analysis().study_f(STUDY_F)
+    result = _study_f()
     section = _f_flat()
     for label, lead, unit in (("held-out mean length (tokens)", "mean length", " tokens"),
                               ("held-out cut at the limit (%)", "cut at the 96-token limit", " %")):  # fmt: skip
@@ -823,7 +828,7 @@ def test_the_guard_gamma_screen_is_the_committed_runs():
         for arm in F_ARMS
     }  # fmt: skip
     every = equal["gtpo-guard"] + equal["grpo"]
-    text = re.sub(r"\s+", " ", " ".join(section))
+    text = flat(" ".join(section))
     assert (
         f"a median of {statistics.median(equal['gtpo-guard']):.0f} in F's gtpo-guard runs and "
         f"{statistics.median(equal['grpo']):.0f} in its grpo runs, range {min(every):.0f}–{max(every):.0f}"

@@ -1,8 +1,10 @@
-"""Running the `gtpo` command in a subprocess, as users do (shared by the CLI and compare tests)."""
+"""Running the `gtpo` command in a subprocess, as users do (shared by the CLI and compare tests), and the few other
+helpers several test files share."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +40,9 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace made one space, so that a sentence a document wraps across lines is found
+    as one string (the figure tests look their figures up in the documents so)."""
+    return re.sub(r"\s+", " ", text)
