@@ -2,7 +2,8 @@
 
 One file per setting: recipes/<model>/<task>/<method>.yaml, where method is gtpo-g8, gtpo-g12,
 grpo-beta0-g8, grpo-beta0-g12, grpo-beta1e-6-g8, grpo-beta1e-6-g12 or sft; plus the offline CPU demo
-recipes/smollm2/synthetic/{gtpo,grpo}.yaml (the first is what `gtpo train` runs without arguments).
+recipes/smollm2/synthetic/{gtpo,grpo}.yaml (the first is what `gtpo train` runs without arguments) and the
+two-step task's recipes/smollm2/two-step/{gtpo,grpo}.yaml.
 How each Listing 1 line maps to TRL 1.16 is in docs/recipes.md. The YAML files are committed; this
 script is how they were made, and tests/test_recipes.py checks that they are what it writes.
 """
@@ -100,14 +101,21 @@ def sft_recipe(model: str, task: str) -> dict:
     }
 
 
-def smollm2_recipe(algorithm: str) -> dict:
-    """The offline CPU demo; `gtpo train` without arguments runs the gtpo one
-    (gtpo.cli.arguments.DEFAULT_TRAIN_RECIPE)."""
+# The offline CPU tasks and their few-shot counts: synthetic (one step, the default run's) and two-step (the task of
+# study G, whose completions share right first steps; its two worked examples, gtpo.tasks.two_step).
+SMOLLM2_TASKS = {"synthetic": 1, "two-step": 2}
+
+
+def smollm2_recipe(algorithm: str, task: str = "synthetic") -> dict:
+    """The offline CPU demo on ``task``; `gtpo train` without arguments runs the synthetic gtpo one
+    (gtpo.cli.arguments.DEFAULT_TRAIN_RECIPE). The two-step recipes differ from it in the task and few_shot only."""
     from gtpo.cli.arguments import DEFAULT_TRAIN_RECIPE
 
     recipe = dict(DEFAULT_TRAIN_RECIPE)
+    recipe["task"] = task
+    recipe["few_shot"] = SMOLLM2_TASKS[task]
     recipe["algorithm"] = algorithm
-    recipe["run_name"] = f"smollm2-synthetic-{algorithm}"
+    recipe["run_name"] = f"smollm2-{task}-{algorithm}"
     if algorithm == "grpo":
         recipe.pop("initial_entropy_prompts")  # GTPO's ⟨H⟩_ini; no meaning for GRPO
     return recipe
@@ -141,6 +149,11 @@ def all_recipes() -> dict[str, tuple[str, dict]]:
             f"Offline CPU demo: SmolLM2-135M-Instruct, synthetic arithmetic, {algorithm.upper()}, ~6.5 min on 2 cores"
             + (" (what `gtpo train` runs without arguments)" if algorithm == "gtpo" else ""),
             smollm2_recipe(algorithm),
+        )
+        recipes[f"smollm2/two-step/{algorithm}.yaml"] = (
+            f"Offline CPU study task: SmolLM2-135M-Instruct, two-step arithmetic ('What is 7 + 5 - 3?'), "
+            f"{algorithm.upper()}",
+            smollm2_recipe(algorithm, "two-step"),
         )
     return recipes
 

@@ -12,6 +12,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-d-rerun     # exploratory: D's two failed GTPO seeds, recorded
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
+#   scripts/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -22,7 +23,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -30,6 +31,7 @@ study=studies/$name
 # recipe of their code commit in the study folder (studies/NAME/recipe.yaml), so no edit can change them.
 recipe=recipes/smollm2/synthetic/gtpo.yaml
 pinned_recipe=$study/recipe.yaml
+pinned_from=recipes/smollm2/synthetic/gtpo.yaml  # the recipe of the code commit that a study pins a copy of
 # >>> The dtype of studies C and D: the lead sets it before their first run (float32 on this project's CPU, which
 # >>> emulates bf16; a GPU may take bfloat16), in the same commit as the PREREGISTRATION.md that states it.
 dtype_cd=float32
@@ -132,6 +134,17 @@ case $name in
         args=(--recipe "$recipe" --variant 'guard-nogamma:--conflict_guard true --entropy_gamma 0'
               --variant 'gtpo-guard:--conflict_guard true'
               --seeds 309 314 --save-steps 5 -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-pilot)
+        # Exploratory (issue 48, item 3; no registration): the two-step task ("What is 7 + 5 - 3?"), GTPO as its recipe
+        # ships and GRPO, two pilot seeds outside every study's range, 60 steps (checkpoints every 20, so step 40 can
+        # be evaluated too), float32, study D's held-out evaluation (100 test problems x 8 samples). Chooses G's step
+        # count and learning rate: both arms must learn clearly above their start.
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --seeds 390 391
+              --save-steps 20 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 60 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac
@@ -145,7 +158,7 @@ if [ ! -d "$code" ]; then
 fi
 bash "$code/scripts/setup.sh"
 if [ "$recipe" = "$pinned_recipe" ] && [ ! -f "$pinned_recipe" ]; then
-    cp "$code/recipes/smollm2/synthetic/gtpo.yaml" "$pinned_recipe"
+    cp "$code/$pinned_from" "$pinned_recipe"
 fi
 python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
 

