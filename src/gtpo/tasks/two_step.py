@@ -20,7 +20,7 @@ from collections.abc import Callable
 from gtpo.errors import InvalidInput
 from gtpo.tasks.prompts import WorkedExample
 
-__all__ = ["TWO_STEP_EXAMPLES", "first_step", "first_step_correct", "two_step_rows"]
+__all__ = ["TWO_STEP_EXAMPLES", "first_step", "first_step_correct", "first_step_end", "two_step_rows"]
 
 _OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b}
 
@@ -133,10 +133,22 @@ def first_step_correct(completion: str, question: str) -> bool:
     >>> first_step_correct("<reasoning>\\n12 - 5 = 8. 8 + 3 = 11.\\n</reasoning>", "What is 12 - 5 + 3?")
     False
     """
+    return first_step_end(completion, question) is not None
+
+
+def first_step_end(completion: str, question: str) -> int | None:
+    """Where a completion's correct first step ends: the character offset just after "a op1 b = x" (x's last
+    digit), or None when its first equation is not the question's first step computed right (`first_step_correct`).
+    A prefix of the completion holds the whole correct step when it is at least this long: what the analysis of a
+    conflict span (its leading tokens, joined) asks.
+
+    >>> first_step_end("<reasoning>\\n12 - 5 = 7. 7 + 3 = 9.", "What is 12 - 5 + 3?")
+    22
+    """
     step = first_step(question)
     if step is None or not isinstance(completion, str):
-        return False
-    match = _EQUATION.search(completion)
-    if match is None:
-        return False
-    return (int(match[1]), match[2], int(match[3]), int(match[4])) == step
+        return None
+    match = _EQUATION.search(completion)  # greedy digits: the match ends after the whole number
+    if match is None or (int(match[1]), match[2], int(match[3]), int(match[4])) != step:
+        return None
+    return match.end()
