@@ -1,0 +1,141 @@
+"""The benchmarks' shared helpers (benchmarks/floors.py, benchmarks/ratio_stats.py), against hand-derived values
+and brute force.
+
+Invariants: a floor is bytes over the fastest measured rate and a figure under it is reported as a measurement
+bug, never as a ratio below 1 (issue 47, item 1: a decode step printed 0.61x "one read of the weights"); the
+median's interval covers with at least the confidence asked, exactly as enumerating every sign pattern says, and
+no wider than it must be (issue 47, item 3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import floors  # noqa: E402
+import ratio_stats  # noqa: E402
+
+# ------------------------------------------------------------------------------------------------- floors
+
+
+def test_weight_read_is_bytes_over_bandwidth():
+    # Qwen2.5-1.5B in bf16: 1,543,714,304 parameters x 2 bytes at 3 TB/s read in 1.029 ms (issue 47's "about 1 ms").
+    assert floors.weight_read_seconds(3_087_428_608, 3e12) == pytest.approx(1.029142869e-3)
+    assert floors.flop_seconds(17.0e12, 500e12) == pytest.approx(0.034)
+    with pytest.raises(ValueError, match="bandwidth must be positive"):
+        floors.weight_read_seconds(10, 0)
+
+
+def test_parameter_bytes_counts_a_tied_weight_once():
+    embed = torch.nn.Embedding(10, 4).to(torch.bfloat16)
+    head = torch.nn.Linear(4, 10, bias=True).to(torch.bfloat16)
+    head.weight = embed.weight  # tied, as Qwen2.5-1.5B's head is
+    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    assert floors.parameter_bytes(model) == (10 * 4 + 10) * 2
+
+
+def test_probe_is_the_weights_size_within_its_bounds():
+    assert floors.probe_bytes(3_087_428_608) == 1 << 30
+    assert floors.probe_bytes(300 << 20) == 300 << 20
+    assert floors.probe_bytes(1000) == 1 << 20
+    with pytest.raises(ValueError, match="parameter_bytes"):
+        floors.probe_bytes(0)
+
+
+def test_read_bandwidth_takes_the_faster_of_reduction_and_copy(monkeypatch):
+    # 1 MiB float32 buffer: a reduction reads 2^20 bytes, a copy moves 2^21 (read + write).
+    times = iter([1e-3, 1.5e-3])  # reduction, then copy
+    monkeypatch.setattr(floors, "best_seconds", lambda run, device, reps: next(times))
+    assert floors.read_bandwidth("cpu", 1 << 20) == pytest.approx(max(2**20 / 1e-3, 2**21 / 1.5e-3))
+    times = iter([1e-3, 4e-3])  # here the reduction is the faster
+    assert floors.read_bandwidth("cpu", 1 << 20) == pytest.approx(2**20 / 1e-3)
+
+
+def test_matmul_rate_is_two_n_cubed_over_the_best_time(monkeypatch):
+    monkeypatch.setattr(floors, "best_seconds", lambda run, device, reps: 0.5)
+    assert floors.matmul_rate("cpu", torch.float32, size=64) == pytest.approx(2 * 64**3 / 0.5)
+
+
+def test_best_seconds_keeps_the_fastest_call(monkeypatch):
+    clock = iter([0.0, 3.0, 10.0, 11.0, 20.0, 22.0])  # three calls taking 3, 1 and 2 s
+    monkeypatch.setattr(floors.time, "perf_counter", lambda: next(clock))
+    calls = []
+    assert floors.best_seconds(lambda: calls.append(1), "cpu", reps=3, warmup=2) == 1.0
+    assert len(calls) == 5  # two warm-up calls, untimed, then three timed
+
+
+def test_a_figure_under_its_floor_is_a_bug_not_a_ratio():
+    assert floors.ratio_to_floor(6.31e-3, 1.03e-3) == pytest.approx(6.31 / 1.03)
+    assert floors.floor_ratio_text("graph step", 6.31e-3, 1.03e-3, "one read of the weights") == (
+        "graph step = 6.13x one read of the weights"
+    )
+    with pytest.raises(floors.BelowFloorError, match="below its floor"):
+        floors.ratio_to_floor(6.31e-3, 10.43e-3)
+    line = floors.floor_ratio_text("graph step", 6.31e-3, 10.43e-3, "one read of the weights")
+    assert line.startswith("MEASUREMENT BUG") and "6.31 ms" in line and "10.43 ms" in line
+    assert "x one read" not in line and "0.6" not in line  # no ratio below 1 is printed, not even in the bug line
+    assert floors.any_bug(["ok", line]) and not floors.any_bug(["graph step = 6.13x one read of the weights"])
+
+
+def test_measured_floors_are_positive_on_this_cpu():
+    """A smoke test of the real probes (their arithmetic is tested above): finite, positive, in a sane range."""
+    bandwidth = floors.read_bandwidth("cpu", 1 << 20, reps=2)
+    assert 1e8 < bandwidth < 1e13  # 0.1 GB/s to 10 TB/s
+    assert 1e8 < floors.matmul_rate("cpu", torch.float32, size=128, reps=2) < 1e15
+
+
+# ------------------------------------------------------------------------------------------------- ratio_stats
+
+
+def _miss_probability_by_enumeration(n: int, k: int) -> float:
+    """P(the median lies outside [x_(k), x_(n-k+1)]) by enumerating all 2^n patterns of which ratios fall below
+    the true median (each with probability 1/2, independently): it is outside when fewer than k fall below
+    (x_(k) above it) or fewer than k fall above (x_(n-k+1) below it)."""
+    missed = 0
+    for pattern in itertools.product((0, 1), repeat=n):
+        below = sum(pattern)
+        missed += below < k or n - below < k
+    return missed / 2**n
+
+
+@pytest.mark.parametrize("n", range(6, 17))
+def test_interval_rank_is_the_widest_coverage_that_holds(n):
+    k, achieved = ratio_stats.median_rank(n, 0.95)
+    assert achieved == pytest.approx(1 - _miss_probability_by_enumeration(n, k))
+    assert achieved >= 0.95
+    if k + 1 <= (n + 1) // 2:  # one rank further in would cover less than asked
+        assert 1 - _miss_probability_by_enumeration(n, k + 1) < 0.95
+
+
+def test_interval_ranks_by_hand():
+    # n = 6: only [min, max], covering 1 - 2/64. n = 10: P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2) = 56/1024.
+    assert ratio_stats.median_rank(6) == (1, pytest.approx(1 - 2 / 64))
+    assert ratio_stats.median_rank(10) == (2, pytest.approx(1 - 22 / 1024))
+    # n = 30: the sign-test table's ranks 10 and 21.
+    assert ratio_stats.median_rank(30)[0] == 10
+    with pytest.raises(ValueError, match="use at least 6"):
+        ratio_stats.median_rank(5)
+
+
+def test_summary_of_ratios_by_hand():
+    ratios = [1.10, 0.90, 1.00, 1.05, 0.95, 1.20, 0.97, 1.02, 0.99, 1.01]
+    summary = ratio_stats.summarize(ratios)
+    # Sorted: 0.90 0.95 0.97 0.99 1.00 1.01 1.02 1.05 1.10 1.20; k = 2 -> [0.95, 1.10]; median (1.00 + 1.01) / 2.
+    assert (summary.median, summary.low, summary.high) == (pytest.approx(1.005), 0.95, 1.10)
+    assert (summary.minimum, summary.maximum, summary.n) == (0.90, 1.20, 10)
+    assert summary.half_width == pytest.approx(0.075 / 1.005)
+    assert summary.text().startswith("1.005x [0.950, 1.100] (97.9 % interval of the median, ±7.5 %; 10 repetitions")
+
+
+def test_paired_ratios_pair_each_repetition():
+    assert ratio_stats.paired_ratios([2.0, 3.0], [1.0, 4.0]) == [2.0, 0.75]
+    with pytest.raises(ValueError, match="pair each repetition"):
+        ratio_stats.paired_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="not positive"):
+        ratio_stats.paired_ratios([1.0], [0.0])
