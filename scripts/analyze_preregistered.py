@@ -11,6 +11,8 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
     .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
     .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
+    .venv/bin/python scripts/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
+    .venv/bin/python scripts/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -462,6 +464,57 @@ def study_e(study: Path, arms: tuple[str, str] = E_ARMS, last_step: int = E_STEP
     return result
 
 
+# Study E's registered secondary per-arm values (PREREGISTRATION.md, "Secondary outcomes"): metric name -> (key in
+# metrics.jsonl, scale). Entropy twice: the summary's `gtpo/mean_entropy` (mean over completions of each one's mean
+# token entropy, both arms log it) and TRL's token-mean `entropy` (what F's tables use, as GRPO logs no other).
+E_SECONDARY_METRICS = {
+    "format %": ("rewards/format_reward/mean", 10.0),
+    "entropy (gtpo/mean_entropy)": ("gtpo/mean_entropy", 1.0),
+    "entropy (TRL entropy)": ("entropy", 1.0),
+    "completion length": ("completions/mean_length", 1.0),
+    "frac_reward_zero_std": ("frac_reward_zero_std", 1.0),
+}
+E_SECONDARY_STEPS = (11, 15)  # the registration's window for them
+
+
+def _interval_dict(values: list[float]) -> dict:
+    interval = mean_interval(values)
+    return {"mean": interval.mean, "low": interval.low, "high": interval.high, "n": interval.n}
+
+
+def study_e_registered_secondary(study: Path, arms: tuple[str, str] = E_ARMS) -> dict:
+    """Study E's registered secondary per-arm values: per arm, the mean over seeds [95 % t-interval] of each run's
+    mean over steps 11-15 of :data:`E_SECONDARY_METRICS`, over the complete pairs (``study_e``'s).
+
+    Returns:
+        {arm: {metric: {"mean", "low", "high", "n"}}}."""
+    first, last = E_SECONDARY_STEPS
+    runs = {arm: {s: _first_steps(study / "runs" / arm / f"seed{s}", last) for s in _seeds(study, arm)} for arm in arms}
+    seeds = sorted(s for s in set(runs[arms[0]]) & set(runs[arms[1]]) if None not in (runs[a][s] for a in arms))
+    out = {}
+    for arm in arms:
+        out[arm] = {}
+        for name, (key, scale) in E_SECONDARY_METRICS.items():
+            per_run = [scale * sum(runs[arm][s][t][key] for t in range(first, last + 1)) / (last - first + 1)
+                       for s in seeds]  # fmt: skip
+            out[arm][name] = _interval_dict(per_run)
+    return out
+
+
+def format_lost_from(steps: dict[int, dict]) -> int | None:
+    """Step by step (no smoothing): the first step of the final stretch without a full-format group (format mean
+    below 1.25 at it and at every later step) in a run that had one before it; None if the run never had one or
+    ends with one. Unlike summary.md's "first format drop" (a 10-step moving average), this is the step the
+    format was lost at."""
+    ordered = sorted(steps)
+    if not ordered or steps[ordered[-1]]["rewards/format_reward/mean"] >= FULL_FORMAT_MEAN:
+        return None
+    t = len(ordered)
+    while t > 0 and steps[ordered[t - 1]]["rewards/format_reward/mean"] < FULL_FORMAT_MEAN:
+        t -= 1
+    return ordered[t] if t > 0 else None
+
+
 def span_lambda_shares(run: Path) -> dict | None:
     """From a run's completion record (``completions/``, one group per step in the studies): over all its recorded
     steps, the span tokens (each recorded completion's forward span and backward span, a token in both counted
@@ -524,6 +577,57 @@ def study_f(study: Path) -> dict:
     return result
 
 
+def _regularized_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, by its continued fraction (Lentz's method)."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast only below the mean: use the symmetry
+        return 1.0 - _regularized_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)) / a
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):  # fmt: skip
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * f
+
+
+def welch_t_test(a: list[float], b: list[float]) -> dict:
+    """Welch's unequal-variance t-test of mean(a) - mean(b), two-sided.
+
+    Returns:
+        {"difference", "t", "df" (Welch-Satterthwaite, not an integer), "p" (two-sided: I_{df/(df+t^2)}(df/2, 1/2))}."""
+    va, vb = sample_std(a) ** 2 / len(a), sample_std(b) ** 2 / len(b)
+    difference = sum(a) / len(a) - sum(b) / len(b)
+    t = difference / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return {"difference": difference, "t": t, "df": df, "p": _regularized_beta(df / (df + t * t), df / 2, 0.5)}
+
+
+def study_f_first_group_subgroups(study: Path) -> dict:
+    """Found after F's analysis (post hoc): the paired pass@1 difference (gtpo-guard - grpo) over the seeds whose
+    first group lacked the full format and over the others, each with its 95 % t-interval, and Welch's test of the
+    difference between the two subgroups (a pattern to describe, not a registered test).
+
+    Returns:
+        {"lacking": {"seeds", mean/low/high/n}, "other": {...}, "welch": welch_t_test(lacking, other)}."""
+    diffs = study_d(study, F_ARMS)
+    per_seed = dict(zip(diffs["seeds"], diffs["differences"], strict=True))
+    lacking = study_e(study, F_ARMS)["first_group_without_full_format"]
+    groups = {"lacking": [s for s in per_seed if s in lacking], "other": [s for s in per_seed if s not in lacking]}
+    out = {name: {"seeds": seeds, **_interval_dict([per_seed[s] for s in seeds])} for name, seeds in groups.items()}
+    out["welch"] = welch_t_test(*([per_seed[s] for s in groups[name]] for name in ("lacking", "other")))
+    return out
+
+
 E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
 E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
 
@@ -562,7 +666,9 @@ def power_table() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout"))
+    parser.add_argument(
+        "what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout", "e-secondary", "f-subgroups")
+    )
     parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
     parser.add_argument(
         "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
@@ -585,7 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     if arms:  # e or heldout on two other arms
         print(json.dumps((study_e if args.what == "e" else heldout)(args.study, arms), indent=2))
         return 0
-    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout}[args.what](args.study)
+    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout,
+              "e-secondary": study_e_registered_secondary, "f-subgroups": study_f_first_group_subgroups}[args.what](
+        args.study
+    )  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
 

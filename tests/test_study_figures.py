@@ -833,3 +833,144 @@ def test_the_guard_gamma_screen_is_the_committed_runs():
         f"a median of {statistics.median(equal['gtpo-guard']):.0f} in F's gtpo-guard runs and "
         f"{statistics.median(equal['grpo']):.0f} in its grpo runs, range {min(every):.0f}–{max(every):.0f}"
     ) in text
+
+
+# Study E's registered secondaries and the wording fixes of issue 48, item 1.
+STUDY_E = ROOT / "studies" / "smollm2-synthetic-lr1e-3-e"
+SEEDS_E = list(range(200, 232))
+T_975_31 = 2.0395  # t_{0.975, 31}, from a printed t table (independent of gtpo.compare.stats)
+
+
+def _section_e() -> str:
+    return flat(" ".join(_section("## Study E", "## The mechanism, in tokens")))
+
+
+def test_study_e_registered_secondary_per_arm_values_are_the_metrics_files():
+    """E's registration names per-arm values over steps 11-15 of format, entropy, completion length and
+    frac_reward_zero_std: recomputed by hand from the 64 metrics files (each run's mean over steps 11-15, then mean
+    +- t_{0.975,31} s / sqrt(32)), they are the script's and the document's table row for row, both entropy metrics
+    named."""
+    keys = (("rewards/format_reward/mean", 10.0), ("gtpo/mean_entropy", 1.0), ("entropy", 1.0),
+            ("completions/mean_length", 1.0), ("frac_reward_zero_std", 1.0))  # fmt: skip
+    script = _analysis().study_e_registered_secondary(STUDY_E)
+    section = _section_e()
+    for arm in ("gtpo", "gtpo-nocc"):
+        runs = [_last_steps(STUDY_E / f"runs/{arm}/seed{s}/metrics.jsonl") for s in SEEDS_E]
+        cells = []
+        for (key, scale), name in zip(keys, _analysis().E_SECONDARY_METRICS, strict=True):
+            values = [scale * statistics.mean(run[t][key] for t in range(11, 16)) for run in runs]
+            cells.append(_t_interval(values, T_975_31))
+            assert script[arm][name]["mean"] == pytest.approx(statistics.mean(values)), (arm, name)
+        assert f"| {arm} | {' | '.join(cells)} |" in section, arm
+    assert "entropy, `gtpo/mean_entropy` | entropy, TRL's `entropy`" in section
+
+
+def test_study_e_unregistered_entropy_difference_under_each_metric():
+    """The not-registered paired entropy difference over steps 6-15 under the summary's `gtpo/mean_entropy` (its
+    interval holds 0) and under TRL's `entropy` (it does not), by hand from the metrics files."""
+    section = _section_e()
+    texts = {}
+    for key in ("gtpo/mean_entropy", "entropy"):
+        diffs = []
+        for s in SEEDS_E:
+            a, b = (_last_steps(STUDY_E / f"runs/{arm}/seed{s}/metrics.jsonl") for arm in ("gtpo", "gtpo-nocc"))
+            diffs.append(statistics.mean(a[t][key] - b[t][key] for t in range(6, 16)))
+        texts[key] = _t_interval(diffs, T_975_31)
+    mean_entropy, trl = (texts[k] for k in ("gtpo/mean_entropy", "entropy"))
+    assert f"entropy {mean_entropy.replace(' [', ' nats [', 1)} as `gtpo/mean_entropy`" in section
+    assert f"the entropy difference is {trl} nats, an interval that excludes 0" in section
+    assert float(trl.split(", ")[1].rstrip("]").replace("−", "-")) < 0 <= float(mean_entropy.split(", ")[1][:-1])
+
+
+def test_study_e_format_lost_step_by_step_against_the_moving_average():
+    """The three runs that learned the format and lost it: step by step (the step after the last full-format group,
+    by hand) 8, 3 and 4, as the script's format_lost_from and the document say; summary.md's moving-average "first
+    format drop" (12, 4, 6) is the other figure, and the document names it as such."""
+    section = _section_e()
+    summary = (STUDY_E / "summary.md").read_text().splitlines()
+    for arm, seed, lost, moving in (("gtpo", 227, 8, 12), ("gtpo-nocc", 202, 3, 4), ("gtpo-nocc", 222, 4, 6)):
+        steps = _last_steps(STUDY_E / f"runs/{arm}/seed{seed}/metrics.jsonl")
+        full = [t for t in range(1, 16) if steps[t]["rewards/format_reward/mean"] >= 1.25]
+        assert full and max(full) + 1 == lost == _analysis().format_lost_from(steps), (arm, seed)
+        row = next(line for line in summary if line.startswith(f"| {arm}/seed{seed} |"))
+        assert row.split(" | ")[3] == str(moving), row
+        assert f"from step {lost} on ({arm}/seed{seed})" in section
+    assert 'the "first format drop" (12, 4 and 6)' in section
+
+
+def _welch_p_by_integration(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's t, df and two-sided p with the t density integrated numerically (Simpson's rule on [0, |t|]),
+    independent of the script's continued fraction."""
+    import math
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    t = (statistics.mean(a) - statistics.mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    norm = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    density = lambda x: norm * (1 + x * x / df) ** (-(df + 1) / 2)  # noqa: E731
+    n, h = 2000, abs(t) / 2000
+    inner = sum((4 if i % 2 else 2) * density(i * h) for i in range(1, n))
+    central = h / 3 * (density(0) + inner + density(abs(t)))  # P(0 < T < |t|)
+    return t, df, 1 - 2 * central
+
+
+def test_study_f_subgroup_pattern_is_worded_with_its_welch_test():
+    """The post-hoc subgroup difference (first group without the full format vs the others) is described as a pattern:
+    the document and README give Welch's p (recomputed here by numerical integration), which is above 0.05, and the
+    two subgroup intervals overlap."""
+    diffs = {s: _pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F}
+    lacking = [305, 306, 307, 309, 312, 313, 315, 316, 317]
+    a, b = [diffs[s] for s in lacking], [d for s, d in diffs.items() if s not in lacking]
+    t, df, p = _welch_p_by_integration(a, b)
+    script = _analysis().study_f_first_group_subgroups(STUDY_F)
+    assert script["lacking"]["seeds"] == lacking
+    assert (script["welch"]["t"], script["welch"]["df"], script["welch"]["p"]) == pytest.approx((t, df, p), rel=1e-6)
+    assert p > 0.05 and script["lacking"]["high"] > script["other"]["low"]  # not told apart; intervals overlap
+    section = _f_flat()
+    difference = statistics.mean(a) - statistics.mean(b)
+    assert f"the subgroups' difference, {difference:.2f} points, is not told apart from 0" in section
+    assert f"(Welch's t-test, t = {t:.2f} on {df:.1f} degrees of freedom, two-sided p = {p:.2f};" in section
+    assert "(a pattern seen after the analysis, post hoc, not a finding)" in section
+    assert "The gap is not where the stall was" not in section
+    readme = _flat(ROOT / "README.md")
+    assert f"a subgroup difference that cannot be told from chance (Welch p = {p:.2f})" in readme
+    assert "the gap came mostly from" not in readme
+
+
+def test_study_f_stall_is_stated_as_the_data_show():
+    """The reading states the registered stall secondary as descriptive with its two McNemar p's (the script's), the
+    guard's late stall at seed 313, and that F has no plain-GTPO arm; the README states the late stall too; the
+    train.log claim is stated as not checkable (no run folder of F holds a log)."""
+    stall = _study_f()["secondary_stall"]
+    section = _f_flat()
+    p_guard, p_grpo = stall["p_one_sided_guard_stalls_more"], stall["p_one_sided_grpo_stalls_more"]
+    assert f"(McNemar p {p_guard:.1f} and {p_grpo:.1f}, no difference detected either way)" in section
+    assert "one guard run (seed 313) stalled after step 15" in section
+    assert "F has no plain-GTPO arm" in section
+    assert "The guard did what it was built for" not in section
+    readme = _flat(ROOT / "README.md")
+    assert "no guard run stalled by study E's rule (GRPO 1 of 20), one (seed 313) stalled after step 15" in readme
+    assert not [p for p in (STUDY_F / "runs").rglob("*") if p.name in ("train.log", "train-log.txt")]
+    assert "those logs are gone, so the claim cannot be checked from the repository" in section
+
+
+def test_the_guard_gamma_runs_part_where_the_document_says():
+    """γ = 0 against γ = 0.1 at seeds 309 and 314: the first step whose rewards differ (metrics files) and whose
+    sampled completions differ (completion records), as the screen's paragraph states them."""
+    from gtpo.runs import completions as records
+
+    screen = ROOT / "studies" / "smollm2-synthetic-lr2e-4-guard-gamma" / "runs"
+    parted = {}
+    for seed in (309, 314):
+        runs = [screen / f"{arm}/seed{seed}" for arm in ("gtpo-guard", "guard-nogamma")]
+        a, b = (_last_steps(run / "metrics.jsonl") for run in runs)
+        reward = next(t for t in sorted(a) if a[t]["reward"] != b[t]["reward"])
+        ids = next(t for t in records.recorded_steps(runs[0])
+                   if len({str(records.read_step(r, t)["columns"]["completion_ids"]) for r in runs}) == 2)  # fmt: skip
+        parted[seed] = (reward, ids)
+    assert all(ids <= reward for reward, ids in parted.values())  # different rewards need different completions
+    text = flat(" ".join(_section("### After the analysis: the guard's runaway", "## The earlier partial study")))
+    assert (
+        f"the runs' rewards part from step {parted[309][0]} (seed 309) and step {parted[314][0]} (seed 314) on, their "
+        f"sampled completions from step {parted[309][1]} and step {parted[314][1]})"
+    ) in text
