@@ -1,77 +1,114 @@
 """A decoding token step on a GPU: `gtpo.sampling.decode` against `gtpo.graph_decode.decode_static`, eager and
-replayed as a CUDA graph, beside one read of the weights (issue 39, item 4: target <= 3x that read at 64 rows).
+replayed as a CUDA graph, against its floor, one read of the weights at the device's measured read bandwidth
+(issue 39, item 4 and issue 47, item 1: target <= 3x that floor at 8 and 64 rows).
 
     python benchmarks/bench_decode_graph.py                       # Qwen2.5-1.5B's config, random weights, bf16, CUDA
-    python benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128
+    python benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 --sampler multinomial
+    python benchmarks/bench_decode_graph.py --shape tiny --rows 2 --tokens 8 --reps 1   # a CPU smoke run
 
-Random weights rarely sample EOS, so every row runs all ``--tokens`` steps in every arm (the same work). Arms take
-turns per row count; each figure is the median over ``--reps`` of the whole decode's time divided by its steps.
+The floor: the read bandwidth is measured once (the faster of a warm reduction and a warm copy of a buffer the
+weights' size, up to 1 GiB, timed with CUDA events: `floors.read_bandwidth`), and one read of the weights is their
+bytes over it. A step under that floor is a measurement bug: it is printed as one (MEASUREMENT BUG, exit status 1),
+never as a ratio below 1. Random weights rarely sample EOS, so every row runs all ``--tokens`` steps in every arm
+(the same work). Arms take turns per row count; each figure is the median over ``--reps`` of the whole decode's
+time (CUDA events) divided by its steps, so it includes the prefill and, for the graph, its capture.
+
+Samplers (``--sampler``): ``per-row`` (`sampling.per_row_choice`, one seeded generator a row, as evaluation's
+per-sample seeds) and ``multinomial`` (`sampling.multinomial_choice`, training's draw on the global generator).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 
 import torch
+from floors import Stopwatch, any_bug, floor_ratio_text, parameter_bytes, probe_bytes, read_bandwidth
+
+SHAPES = {  # Qwen2.5-1.5B's config (its config.json); `tiny` only checks that the benchmark runs
+    "qwen1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                     num_attention_heads=12, num_key_value_heads=2, head_dim=128),
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16),
+}  # fmt: skip
 
 
-def main() -> None:
+def _model(shape: str, device: torch.device, dtype: torch.dtype):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**SHAPES[shape], tie_word_embeddings=True, eos_token_id=0, pad_token_id=1)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return Qwen2ForCausalLM(config).to(dtype).eval()
+
+
+def _choose(sampler: str, seeds: list[int], device: torch.device):
+    from gtpo.sampling import multinomial_choice, per_row_choice
+
+    return per_row_choice(seeds, device=device) if sampler == "per-row" else multinomial_choice(True)
+
+
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen1.5b")
+    parser.add_argument("--sampler", choices=("per-row", "multinomial"), default="per-row")
+    args = parser.parse_args(argv)
     from gtpo.graph_decode import decode_static
-    from gtpo.sampling import decode, per_row_choice
+    from gtpo.sampling import decode
 
-    device = torch.device("cuda")
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-        num_key_value_heads=2, head_dim=128, tie_word_embeddings=True, eos_token_id=0, pad_token_id=1,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
-    params = list(model.parameters())
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(5):
-        [p.sum() for p in params]
-    torch.cuda.synchronize()
-    read = (time.perf_counter() - start) / 5
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = _model(args.shape, device, dtype)
+    weight_bytes = parameter_bytes(model)
+    bandwidth = read_bandwidth(device.type, probe_bytes(weight_bytes), dtype)
+    floor = weight_bytes / bandwidth
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(
-        f"device {torch.cuda.get_device_name()}, bf16, Qwen2.5-1.5B config; one read of the weights {1e3 * read:.2f} ms"
+        f"device {name}, {str(dtype).removeprefix('torch.')}, {args.shape} config, sampler {args.sampler}; read "
+        f"bandwidth {bandwidth / 1e9:.0f} GB/s (faster of a warm reduction and copy of "
+        f"{probe_bytes(weight_bytes) / 2**20:.0f} MiB); weights {weight_bytes / 1e9:.3f} GB, so one read of the "
+        f"weights (the floor) {1e3 * floor:.3f} ms"
     )
     arms = {
-        "decode": lambda p, s: decode(model, p, per_row_choice(s, device=device), args.tokens, [0], 1),
+        "decode": lambda p, s: decode(model, p, _choose(args.sampler, s, device), args.tokens, [0], 1),
         "static-eager": lambda p, s: decode_static(
-            model, p, per_row_choice(s, device=device), args.tokens, [0], 1, use_graph=False
+            model, p, _choose(args.sampler, s, device), args.tokens, [0], 1, use_graph=False
         ),
-        "static-graph": lambda p, s: decode_static(model, p, per_row_choice(s, device=device), args.tokens, [0], 1),
+        "static-graph": lambda p, s: decode_static(model, p, _choose(args.sampler, s, device), args.tokens, [0], 1),
     }
+    watch = Stopwatch(device.type)
+    printed = []
     for rows in args.rows:
         prompts = [list(range(2, 2 + args.prompt))] * rows
         seeds = list(range(rows))
         times = {name: [] for name in arms}
         outputs = {}
         for _ in range(args.reps):
-            for name, run in arms.items():
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                outputs[name] = run(prompts, seeds)
-                torch.cuda.synchronize()
-                steps = max(len(c) for c in outputs[name])
-                times[name].append((time.perf_counter() - start) / steps)
+            for arm, run in arms.items():
+                if args.sampler == "multinomial":  # the same global draws in every arm
+                    torch.manual_seed(0)
+                watch.sync()
+                start = watch.mark()
+                outputs[arm] = run(prompts, seeds)
+                end = watch.mark()
+                steps = max(len(c) for c in outputs[arm])
+                times[arm].append(watch.seconds(start, end) / steps)
         same = outputs["static-graph"] == outputs["static-eager"]
-        line = ", ".join(f"{name} {1e3 * statistics.median(t):.2f} ms" for name, t in times.items())
-        ratio = statistics.median(times["static-graph"]) / read
-        print(f"{rows} rows, {args.tokens} tokens: a token step {line}; graph / weight read {ratio:.2f}x; graph "
-              f"tokens == eager static tokens: {same}")  # fmt: skip
+        step = {arm: statistics.median(t) for arm, t in times.items()}
+        line = ", ".join(f"{arm} {1e3 * s:.2f} ms" for arm, s in step.items())
+        against = "; ".join(floor_ratio_text(arm, s, floor, "the floor") for arm, s in step.items())
+        printed.append(against)
+        print(
+            f"{rows} rows, {args.tokens} tokens: a token step {line}; {against}; graph tokens == eager static "
+            f"tokens: {same}"
+        )
+    if any_bug(printed):
+        sys.exit("a step came out under one read of the weights: the timing or the byte count is wrong (above)")
 
 
 if __name__ == "__main__":

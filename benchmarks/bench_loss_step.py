@@ -5,16 +5,33 @@
     python benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7      # Qwen2.5-1.5B's config, on a GPU
     python benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7        # Qwen2.5-3B's config, on a GPU
     python benchmarks/bench_loss_step.py --arms gtpo gtpo-bf16 trl   # float32 against bfloat16 (`dtype: auto`)
+    python benchmarks/bench_loss_step.py --shape qwen1.5b --baseline-commit ca8ead9   # this tree's GTPO against
+                                                                                     # ca8ead9's, same process
+    python benchmarks/bench_loss_step.py --shape tiny --reps 6      # a CPU smoke run (seconds)
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
 - `trl`: stock `trl.GRPOTrainer` (loss_type="grpo", beta=0): TRL's padded layout;
 - `gtpo`: `GTPOTrainer` as shipped (prefix sharing on, the single-pass head at T != 1);
 - `gtpo-padded`: `GTPOTrainer` with `use_prefix_sharing=False`, to split the gain between layout and loss;
 - `gtpo-bf16` (not run by default): `gtpo` with the base model's weights in bfloat16, as `dtype: bfloat16` (or
-  `auto` on a CPU with bf16 units) trains it; the LoRA adapters stay float32, as peft keeps them.
+  `auto` on a CPU with bf16 units) trains it; the LoRA adapters stay float32, as peft keeps them;
+- `gtpo@SHA` (with `--baseline-commit SHA` or `--baseline-src DIR`): `gtpo` as another version of the package has
+  it. Its source is extracted from the history (`git archive SHA src`) into a temporary folder, imported under the
+  same name, and swapped into `sys.modules` while its arm runs (so its own imports, even lazy ones, resolve to
+  it), beside this tree's `gtpo` in one process on the same device: a regression between two commits shows as a
+  ratio with its interval. `--baseline-src DIR` takes a folder holding another version's `gtpo/` package instead
+  (a machine without the git history).
 Each repetition times, arm after arm, `compute_loss` (the forward; GTPO's own work, spans and `core.gtpo_loss`,
-is timed inside it and printed apart) and `loss.backward()` on one micro-batch of the generation batch. No
-optimizer step is taken, so the weights, and so every arm's inputs, stay the same. Medians over repetitions.
+is timed inside it by the host clock and printed apart) and `loss.backward()` on one micro-batch of the generation
+batch. No optimizer step is taken, so the weights, and so every arm's inputs, stay the same. Times are CUDA events
+on a GPU (the device's clock, no host jitter) and the wall clock on a CPU.
+
+The figure: each arm's forward + backward divided by the reference arm's (`--reference`, TRL's by default) IN THE
+SAME REPETITION, and the median of those ratios with its 95 % sign-test interval and the spread of the single
+ratios (benchmarks/ratio_stats.py); the forward alone the same way. Between repetitions the card's clock and the
+host's load move (TRL's own forward took 39.6-60.5 ms over runs of one commit on one H100, issue 47); within one
+they hit both arms. 30 repetitions (the default on a GPU) give an interval of about ±2 % where one ratio scatters
+by 5 %; fewer than 6 give none.
 
 Shapes:
 - `default`: the default recipe's (recipes/smollm2/synthetic/gtpo.yaml): SmolLM2-135M-Instruct (the offline GGUF),
@@ -25,13 +42,17 @@ Shapes:
   203-token prompt (60 words in the tiny tokenizer's chat template), full fine-tuning, float32 on CPU (bf16 on CUDA).
 - `qwen1.5b`: the same prompt and completions on Qwen2.5-1.5B's whole config (28 layers of width 1,536, 12 heads,
   2 key-value heads, tied 151,936-token head), random weights, full fine-tuning; meant for a GPU (bf16).
+- `tiny`: the paper-vocab batch's prompt with 8 completions of 16-32 tokens on a 2-layer model of width 64 and
+  vocabulary 512 (the tiny tokenizer's): only to check that the benchmark runs, on a CPU in seconds.
 - `qwen3b`: Qwen2.5-3B's whole config (36 layers of width 2,048, 16 heads, 2 key-value heads, MLP 11,008, tied
   151,936-token head), G = 8 completions of 256-512 random tokens after the same 203-token prompt (three arms at
   1,024 tokens did not fit an 80 GB GPU), random weights, full fine-tuning; meant for a GPU (bf16).
 
-The roofline line divides the step's FLOPs by this machine's measured float32 matmul rate: the FLOPs that are
-needed (each prompt once, each completion token once, the LM head on scored positions) and those each arm's
-layout computes (forward + backward = 3 x forward).
+The roofline line divides the step's FLOPs by this device's measured matmul rate (benchmarks/floors.py: a warm
+2048^3 matmul on a CPU, 8192^3 on a GPU, the fastest of 5, in each arm's weight dtype, the fastest dtype
+counting): the FLOPs that are needed (each prompt once, each completion token once, the LM head on scored
+positions) and those TRL's layout computes (forward + backward = 3 x forward). The fastest arm under the needed
+FLOPs' time would be a measurement bug and is printed as one (exit status 1).
 """
 
 from __future__ import annotations
@@ -39,27 +60,19 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from bench_head import cpu_name, seconds, synchronize
+from bench_head import cpu_name, seconds
+from floors import Stopwatch, any_bug, floor_ratio_text, matmul_rate
+from ratio_stats import paired_ratios, summarize
 
-SHAPES = ("default", "paper-vocab", "qwen1.5b", "qwen3b")
+SHAPES = ("default", "paper-vocab", "qwen1.5b", "qwen3b", "tiny")
 ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
-
-
-def _matmul_rate(device: str, dtype) -> float:
-    """FLOP/s of a 2048^3 matmul on this device, best of 3."""
-    import torch
-
-    a = torch.randn(2048, 2048, device=device, dtype=dtype)
-    best = float("inf")
-    for _ in range(4):
-        start = time.perf_counter()
-        a @ a
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * 2048**3 / best
+BASELINE_ARM = "gtpo@"  # + the commit (or folder) of --baseline-commit / --baseline-src
+MIN_REPS_FOR_INTERVAL = 6  # the sign-test interval's least count at 95 % (ratio_stats.median_rank)
 
 
 def _model_and_batch(shape: str, device: str):
@@ -98,12 +111,15 @@ def _model_and_batch(shape: str, device: str):
     elif shape == "qwen3b":  # Qwen2.5-3B's config (its config.json), random weights
         width = dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                      num_key_value_heads=2, head_dim=128)  # fmt: skip
+    elif shape == "tiny":
+        width = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16)  # fmt: skip
     else:
         width = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=64)  # fmt: skip
     config = Qwen2Config(
-        vocab_size=151936, **width, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=512 if shape == "tiny" else 151936, **width, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: 1.5B parameters take minutes on a CPU
@@ -111,7 +127,7 @@ def _model_and_batch(shape: str, device: str):
     words = " ".join(f"w{i}" for i in range(60))
     prompt = [{"role": "user", "content": f"Add these: {words}"}]
     generator = torch.Generator().manual_seed(0)
-    low, high = (256, 512) if shape == "qwen3b" else (128, 256)
+    low, high = {"qwen3b": (256, 512), "tiny": (16, 32)}.get(shape, (128, 256))
     lengths = torch.randint(low, high + 1, (8,), generator=generator).tolist()
     completions = [torch.randint(3, 500, (n,), generator=generator).tolist() for n in lengths]
     return model, tokenizer, prompt, completions, None
@@ -186,84 +202,164 @@ def _flops(config, prompt_tokens: int, completion_lengths: list[int], padded_wid
     return 3 * (tokens * per_token + 4 * layers * heads * head_dim * pairs + head)
 
 
-def main(argv=None) -> None:
-    import torch
-
-    from gtpo import core
-    from gtpo.models import cpu_computes_bf16
-
+def _parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=SHAPES, default="default")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--reps", type=int, default=None,
+        help="timed repetitions after one warm-up (default 30 on a GPU, 6 on a CPU; at least 6 for an interval)",
+    )  # fmt: skip
     parser.add_argument("--arms", nargs="+", default=list(ARMS[:3]), choices=ARMS)
+    parser.add_argument("--reference", choices=ARMS, default=None, help="the arm ratios are taken against (trl)")
+    baseline = parser.add_mutually_exclusive_group()
+    baseline.add_argument("--baseline-commit", metavar="SHA", help="add the arm gtpo@SHA: that commit's gtpo")
+    baseline.add_argument("--baseline-src", metavar="DIR", help="add the arm gtpo@DIR: the gtpo package in DIR")
     parser.add_argument(
         "--profile", nargs="*", default=[], choices=ARMS,
         help="after the timing, profile one forward + backward of these arms (torch.profiler, top ops by host time)",
     )  # fmt: skip
     options = parser.parse_args(argv)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
-    trainers = {
-        arm: _trainer(arm, base, tokenizer, prompt, completions, lora, options.temperature, device)
-        for arm in options.arms
-    }
+    if options.reps is not None and options.reps < 1:
+        parser.error(f"--reps {options.reps}: give at least 1 (6 or more for an interval)")
+    if options.reference is None:
+        options.reference = "trl" if "trl" in options.arms else options.arms[0]
+    elif options.reference not in options.arms:
+        parser.error(f"--reference {options.reference} is not among --arms {' '.join(options.arms)}: add it")
+    return options
+
+
+def _versions(options) -> dict:
+    """Arm name -> the `CodeVersion` its trainer is built and run under: this tree's gtpo for the usual arms, and
+    another commit's for the ``gtpo@...`` arm when asked."""
+    from code_versions import CodeVersion, extract_commit
+
+    current = CodeVersion.current("gtpo")
+    versions = {arm: current for arm in options.arms}
+    if options.baseline_commit:
+        source = extract_commit(options.baseline_commit, "src", repository=Path(__file__).resolve().parents[1])
+        versions[BASELINE_ARM + options.baseline_commit] = CodeVersion.load("gtpo", source, options.baseline_commit)
+    elif options.baseline_src:
+        versions[BASELINE_ARM + options.baseline_src] = CodeVersion.load("gtpo", options.baseline_src,
+                                                                         options.baseline_src)  # fmt: skip
+    return versions
+
+
+def _time_own_work(versions) -> dict:
+    """Accumulate the host time spent in GTPO's own work (conflict spans, core's loss) of every version."""
     own = {"t": 0.0}
-    for name in ("conflict_spans", "gtpo_loss"):
-        original = getattr(core, name)
+    for version in {id(v): v for v in versions.values()}.values():
+        with version.active():
+            from gtpo import core
 
-        def timed(*args, _original=original, **kwargs):
-            start = time.perf_counter()
-            result = _original(*args, **kwargs)
-            own["t"] += time.perf_counter() - start
-            return result
+            for name in ("conflict_spans", "gtpo_loss"):
+                original = getattr(core, name)
 
-        setattr(core, name, timed)
+                def timed(*args, _original=original, **kwargs):
+                    start = time.perf_counter()
+                    result = _original(*args, **kwargs)
+                    own["t"] += time.perf_counter() - start
+                    return result
+
+                setattr(core, name, timed)
+    return own
+
+
+def _time_arms(trainers, versions, reps: int, device: str) -> dict:
+    """Per arm, per timed repetition: ``forward``, ``backward`` and GTPO's ``own`` seconds. Arms take turns within
+    each repetition; repetition 0 warms up and is dropped."""
+    watch = Stopwatch(device)
+    own = _time_own_work(versions)
     times = {arm: {"forward": [], "backward": [], "own": []} for arm in trainers}
-
-    for rep in range(options.reps + 1):  # repetition 0 warms up
+    for rep in range(reps + 1):
         for arm, (trainer, batch) in trainers.items():
-            own["t"] = 0.0
-            trainer.model.zero_grad(set_to_none=True)
-            synchronize(device)
-            start = time.perf_counter()
-            loss = trainer.compute_loss(trainer.model, batch)
-            synchronize(device)
-            forward = time.perf_counter() - start
-            start = time.perf_counter()
-            loss.backward()
-            synchronize(device)
-            backward = time.perf_counter() - start
+            with versions[arm].active():
+                own["t"] = 0.0
+                trainer.model.zero_grad(set_to_none=True)
+                watch.sync()
+                start = watch.mark()
+                loss = trainer.compute_loss(trainer.model, batch)
+                middle = watch.mark()
+                loss.backward()
+                end = watch.mark()
+                forward, backward = watch.seconds(start, middle), watch.seconds(middle, end)
             if rep:
                 times[arm]["forward"].append(forward)
                 times[arm]["backward"].append(backward)
                 times[arm]["own"].append(own["t"])
+    return times
+
+
+def _ratio_lines(times, reference: str, reps: int) -> list[str]:
+    """Per arm, its forward + backward and its forward against ``reference``'s in the same repetitions: the median
+    ratio with its interval and spread (fewer than MIN_REPS_FOR_INTERVAL repetitions: the median alone)."""
+
+    def describe(ratios):
+        if len(ratios) < MIN_REPS_FOR_INTERVAL:
+            return f"{statistics.median(ratios):.3f}x (median of {len(ratios)}; no interval under 6 repetitions)"
+        return summarize(ratios).text()
+
+    total = {arm: [f + b for f, b in zip(t["forward"], t["backward"], strict=True)] for arm, t in times.items()}
+    lines = []
+    for arm in times:
+        if arm == reference:
+            continue
+        lines.append(f"{arm} / {reference}, forward + backward: "
+                     f"{describe(paired_ratios(total[arm], total[reference]))}")  # fmt: skip
+        lines.append(f"{arm} / {reference}, forward: "
+                     f"{describe(paired_ratios(times[arm]['forward'], times[reference]['forward']))}")  # fmt: skip
+    baseline = [arm for arm in times if arm.startswith(BASELINE_ARM)]
+    if baseline and "gtpo" in times:
+        lines.append(f"gtpo / {baseline[0]}, forward + backward: "
+                     f"{describe(paired_ratios(total['gtpo'], total[baseline[0]]))}")  # fmt: skip
+    return lines
+
+
+def main(argv=None) -> None:
+    import torch
+
+    from gtpo.models import cpu_computes_bf16
+
+    options = _parse(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    reps = options.reps or (30 if device == "cuda" else MIN_REPS_FOR_INTERVAL)
+    versions = _versions(options)
+    base, tokenizer, prompt, completions, lora = _model_and_batch(options.shape, device)
+    trainers = {}
+    for arm, version in versions.items():
+        with version.active():
+            trainers[arm] = _trainer(arm, base, tokenizer, prompt, completions, lora, options.temperature, device)
+    times = _time_arms(trainers, versions, reps, device)
     batch = trainers[options.arms[0]][1]
     prompt_tokens = int(batch["prompt_mask"][0].sum())
     lengths = batch["completion_mask"].sum(1).tolist()
-    rate = _matmul_rate(device, torch.float32 if device == "cpu" else torch.bfloat16)
     bf16 = cpu_computes_bf16() if device == "cpu" else torch.cuda.is_bf16_supported()
     name = torch.cuda.get_device_name() if device == "cuda" else cpu_name()
 
-    def weight_dtype(trainer) -> str:
-        return str(trainer.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
+    def weight_dtype(trainer):
+        return trainer.model.get_input_embeddings().weight.dtype
 
-    dtype = weight_dtype(trainers[options.arms[0]][0])
+    dtype = str(weight_dtype(trainers[options.arms[0]][0])).removeprefix("torch.")
     print(
         f"device: {name} ({torch.get_num_threads()} threads), bf16 units: {bf16}, dtype: {dtype}; "
         f"shape {options.shape}: "
         f"prompt {prompt_tokens} tokens, G = {len(lengths)}, completion lengths {lengths} (padded to "
-        f"{batch['completion_ids'].size(1)}), T = {options.temperature}; median of {options.reps} repetitions"
+        f"{batch['completion_ids'].size(1)}), T = {options.temperature}; {reps} repetitions timed with "
+        f"{'CUDA events' if device == 'cuda' else 'the wall clock'}, arms taking turns; medians"
     )
+    for arm, version in versions.items():
+        if arm.startswith(BASELINE_ARM):
+            print(f"{arm}: gtpo {version.label} imported from {version.origin()}, this tree's from "
+                  f"{versions['gtpo' if 'gtpo' in versions else options.arms[0]].origin()}")  # fmt: skip
     medians = {arm: {k: statistics.median(v) for k, v in t.items()} for arm, t in times.items()}
-    first = medians[options.arms[0]]
     for arm, m in medians.items():
-        ratio = (m["forward"] + m["backward"]) / (first["forward"] + first["backward"])
         print(
-            f"{arm:12s} forward {seconds(m['forward'])} (GTPO's own {1e3 * m['own']:.1f} ms), backward "
-            f"{seconds(m['backward'])}, forward+backward {seconds(m['forward'] + m['backward'])} = {ratio:.3f} x "
-            f"{options.arms[0]} (weights {weight_dtype(trainers[arm][0])})"
+            f"{arm:12s} forward {seconds(m['forward'])} (GTPO's own {1e3 * m['own']:.1f} ms host time), backward "
+            f"{seconds(m['backward'])}, forward+backward {seconds(m['forward'] + m['backward'])} "
+            f"(weights {str(weight_dtype(trainers[arm][0])).removeprefix('torch.')})"
         )
+    for line in _ratio_lines(times, options.reference, reps):
+        print(line)
     for arm in options.profile:
         trainer, batch = trainers[arm]
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -271,19 +367,25 @@ def main(argv=None) -> None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as profiler:
             trainer.compute_loss(trainer.model, batch).backward()
-            synchronize(device)
+            Stopwatch(device).sync()
         print(f"profile of {arm} (one forward + backward):")
         print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+    dtypes = {weight_dtype(trainer) for trainer, _ in trainers.values()}
+    rate = max(matmul_rate(device, d) for d in dtypes)  # the fastest dtype an arm computes in: the lowest floor
     config = base.config
     needed = _flops(config, prompt_tokens, lengths, None)
     padded = _flops(config, prompt_tokens, lengths, int(batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)))
-    best = min(m["forward"] + m["backward"] for m in medians.values())
+    best_arm = min(medians, key=lambda arm: medians[arm]["forward"] + medians[arm]["backward"])
+    best = medians[best_arm]["forward"] + medians[best_arm]["backward"]
+    against = floor_ratio_text(f"fastest arm ({best_arm}, {seconds(best)})", best, needed / rate,
+                               "the needed FLOPs at the matmul rate")  # fmt: skip
     print(
-        f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured; needed {needed / 1e9:.1f} GFLOP -> "
-        f"{seconds(needed / rate)}, "
-        f"TRL's padded layout {padded / 1e9:.1f} GFLOP -> {seconds(padded / rate)}; fastest arm {seconds(best)} "
-        f"= {needed / rate / best:.0%} of the matmul roofline"
+        f"roofline: matmul {rate / 1e9:.0f} GFLOP/s measured (fastest of {sorted(str(d) for d in dtypes)}); needed "
+        f"{needed / 1e9:.1f} GFLOP -> {seconds(needed / rate)}, TRL's padded layout {padded / 1e9:.1f} GFLOP -> "
+        f"{seconds(padded / rate)}; {against}"
     )
+    if any_bug([against]):
+        sys.exit("the fastest arm came out under its FLOPs' time at the measured matmul rate: a timing bug (above)")
 
 
 if __name__ == "__main__":

@@ -139,3 +139,66 @@ def test_paired_ratios_pair_each_repetition():
         ratio_stats.paired_ratios([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="not positive"):
         ratio_stats.paired_ratios([1.0], [0.0])
+
+
+# ------------------------------------------------------------------------------------------------- code_versions
+
+
+def _write_version(root: Path, package: str, number: int) -> Path:
+    """A package whose top level and a lazily imported submodule both say which version they are."""
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text(
+        f"VERSION = {number}\n\ndef lazy():\n    from {package}.sub import NUMBER\n\n    return NUMBER\n"
+    )
+    (root / package / "sub.py").write_text(f"NUMBER = {number}\n")
+    return root
+
+
+def test_two_versions_of_a_package_run_side_by_side(tmp_path, monkeypatch):
+    """Invariant: under a version's `active()`, every import (a lazy one inside a function included) resolves to that
+    version's own files, and leaving the block restores the other version; the version imported normally is left
+    in place by loading another."""
+    import code_versions
+
+    package = "bench_probe_pkg"
+    monkeypatch.syspath_prepend(str(_write_version(tmp_path / "one", package, 1)))
+    current = code_versions.CodeVersion.current(package)
+    other = code_versions.CodeVersion.load(package, _write_version(tmp_path / "two", package, 2), "two")
+    try:
+        import bench_probe_pkg
+
+        assert bench_probe_pkg.VERSION == 1 and bench_probe_pkg.lazy() == 1
+        with other.active():
+            import bench_probe_pkg as inside
+
+            assert inside.VERSION == 2 and inside.lazy() == 2
+            assert other.origin() == str((tmp_path / "two" / package).resolve())
+        with current.active():
+            assert sys.modules[f"{package}.sub"].NUMBER == 1
+        assert sys.modules[package].VERSION == 1 and sys.modules[f"{package}.sub"].NUMBER == 1
+    finally:
+        for name in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+            del sys.modules[name]
+
+
+def test_loading_a_folder_without_the_package_says_what_to_pass(tmp_path):
+    import code_versions
+
+    with pytest.raises(SystemExit, match="holds no gtpo/__init__.py"):
+        code_versions.CodeVersion.load("gtpo", tmp_path, "empty")
+
+
+def test_extract_commit_reads_the_history_or_says_why_not(tmp_path):
+    """The extracted src of HEAD is HEAD's (its gtpo/__init__.py byte for byte); an unknown commit is one line."""
+    import subprocess
+
+    import code_versions
+
+    root = Path(__file__).resolve().parents[1]
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode != 0:
+        pytest.skip("needs a git checkout")
+    source = code_versions.extract_commit("HEAD", "src", repository=root)
+    committed = subprocess.run(["git", "show", "HEAD:src/gtpo/__init__.py"], cwd=root, capture_output=True).stdout
+    assert (source / "gtpo" / "__init__.py").read_bytes() == committed
+    with pytest.raises(SystemExit, match="name a commit this clone has"):
+        code_versions.extract_commit("0000000000", "src", repository=root)
