@@ -4,12 +4,17 @@
 #      (gtpo.trainer.head_kernels; the CPU tests mock them) against TRL's run twice, the packed layout against TRL's
 #      padded one on CUDA;
 #   2. the LM-head benchmark at Qwen2.5-1.5B's head shape (bf16), at T = 0.7: TRL's kernel once, twice, ours once;
-#   3. the step's forward + backward (bf16), T = 0.7 and 1, TRL against GTPO, at the paper-vocabulary shape and at
-#      Qwen2.5-1.5B's whole config, with a profile of GTPO's two layouts at T = 0.7 (in the logs), and at
-#      Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens);
+#   3. the step's forward + backward (bf16, CUDA events, 30 repetitions: each arm's ratio to TRL's in the same
+#      repetition, its median with a 95 % interval and spread), TRL against GTPO, at the paper-vocabulary shape
+#      (T = 0.7) and at Qwen2.5-1.5B's whole config (T = 0.7 and 1), with a profile of GTPO's two layouts at
+#      T = 0.7 (in the logs), and at Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens); with
+#      GPU_CHECKS_BASELINE=SHA the 1.5B T = 0.7 run adds that commit's GTPO arm (needs the git history here);
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
-#      eager and replayed as a CUDA graph, beside one read of the weights (issue 39, item 4).
+#      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
+#      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47).
+# Time: about 8-9 minutes for all groups on an H100, estimated from the logged runs (docs/performance.md, "GPU
+# checks"); status.txt records each step's seconds, so a run measures it.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
 #   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
@@ -25,12 +30,12 @@ groups=" ${GPU_CHECKS:-tests head step e2e decode} "
 want() { [[ $groups == *" $1 "* ]]; }
 
 step() {  # step NAME COMMAND...: run, log to LOG_DIR/NAME.log, remember the exit status
-    local name=$1
+    local name=$1 started=$SECONDS
     shift
     echo "== $name: $*"
     "$@" 2>&1 | tee "$log_dir/$name.log"
     local rc=${PIPESTATUS[0]}
-    echo "$name rc=$rc" >>"$log_dir/status.txt"
+    echo "$name rc=$rc seconds=$((SECONDS - started))" >>"$log_dir/status.txt"
 }
 
 : >"$log_dir/status.txt"
@@ -52,13 +57,14 @@ want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o ad
 want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
 want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
 want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
-want step && step step-t07 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7 --reps 20 \
+# The step: 30 repetitions give each ratio's median a 95 % interval of about ±2 % where one ratio scatters by 5 %.
+# The paper-vocabulary shape runs at T = 0.7 only (a 2-layer model on a GPU measures launches, not the step).
+want step && step step-t07 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7 --reps 30 \
     --profile gtpo gtpo-padded
-want step && step step-t1 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 1.0 --reps 20
-want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 10 \
-    --profile gtpo gtpo-padded
-want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 10
-want step && step qwen3b-t07 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 --reps 10
+want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 30 \
+    --profile gtpo gtpo-padded ${GPU_CHECKS_BASELINE:+--baseline-commit "$GPU_CHECKS_BASELINE"}
+want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 30
+want step && step qwen3b-t07 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 --reps 30
 # 4. End to end on CUDA with the command a user runs: GTPO training of the tiny model (dtype auto: bf16 on a GPU) at
 #    T = 0.7, then the transformers evaluation backend on the trained adapter.
 want e2e && rm -rf "$log_dir/e2e-run" "$log_dir/e2e-eval"
@@ -83,15 +89,17 @@ assert results, "no results.json from gtpo eval"
 print("e2e eval:", results[0].read_text()[:300].replace("\n", " "))
 EOF_CHECK
 want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128
+want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
+    --sampler multinomial --reps 2
 
 echo "== summary"
 cat "$log_dir/versions.log"
 want tests && tail -n 4 "$log_dir/tests.log"
-for name in head-logprob head-differentiable head-16k step-t07 step-t1 qwen-t07 qwen-t1; do
+for name in head-logprob head-differentiable head-16k step-t07 qwen-t07 qwen-t1 qwen3b-t07; do
     [[ -f $log_dir/$name.log ]] || continue
     echo "-- $name"
-    grep -E "^(device|forward|roofline|trl|gtpo)" "$log_dir/$name.log"
+    grep -E "^(device|forward|roofline|trl|gtpo|MEASUREMENT)" "$log_dir/$name.log"
 done
 want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
-want decode && grep -E "^(device|[0-9]+ rows)" "$log_dir/decode-graph.log"
+want decode && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-graph*.log
 cat "$log_dir/status.txt"
