@@ -974,3 +974,155 @@ def test_the_guard_gamma_runs_part_where_the_document_says():
         f"the runs' rewards part from step {parted[309][0]} (seed 309) and step {parted[314][0]} (seed 314) on, their "
         f"sampled completions from step {parted[309][1]} and step {parted[314][1]})"
     ) in text
+
+
+# The collapse onto one wrong answer (issue 48, item 2; exploratory): the section's figures from the records.
+D_RERUN = ROOT / "studies" / "smollm2-synthetic-lr2e-4-d-rerun"
+COLLAPSE_RUNS = [
+    *(STUDY_F / f"runs/{arm}/seed{seed}" for seed in (319, 318) for arm in F_ARMS),
+    D_RERUN / "runs/gtpo/seed110",
+]
+
+
+def _collapse_section() -> str:
+    return flat(" ".join(_section("### After the analysis: the collapse onto one", "## The earlier partial study")))
+
+
+@functools.cache
+def _collapse_rows(run: Path) -> list[dict]:
+    return load_script("collapse_one_answer").run_rows(run)
+
+
+def _samples_by_problem(run: Path) -> dict[str, list[dict]]:
+    by_problem: dict[str, list[dict]] = {}
+    for line in (run / "eval/synthetic/samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        by_problem.setdefault(row["problem_id"], []).append(row)
+    return by_problem
+
+
+def test_the_collapse_held_out_table_is_the_samples_files():
+    """By hand from each run's samples.jsonl (8 samples per problem): pass@1, the problems whose 8 samples were one
+    wrong answer, distinct answers and the most common answer's share per problem; seed 110's "1" count; and seed
+    319's 32 problems are the most of F's 40 runs (grpo/seed311 next, 20)."""
+    section = _collapse_section()
+
+    def agreement(run: Path) -> tuple[float, int, float, float]:
+        problems = _samples_by_problem(run)
+        one = distinct = share = correct = 0
+        for rows in problems.values():
+            answers = [(r["answer"] or "").strip().rstrip(".").strip() for r in rows]
+            top = max(answers.count(a) for a in answers)
+            one += top == len(answers) and not any(r["correct"] for r in rows)
+            distinct, share = distinct + len(set(answers)), share + top / len(answers)
+            correct += sum(r["correct"] for r in rows)
+        n = len(problems)
+        return 100 * correct / (8 * n), one, distinct / n, share / n
+
+    runs = [(("F", STUDY_F / f"runs/{arm}/seed{s}")) for s in (319, 318) for arm in F_ARMS] + [
+        ("D", STUDY_D / f"runs/{arm}/seed110") for arm in ("gtpo", "grpo")
+    ]
+    for study, run in runs:
+        accuracy, one, distinct, share = agreement(run)
+        row = f"| {study}: {run.parent.name}/{run.name} | {accuracy:.1f} | {one} | {distinct:.2f} | {share:.2f} |"
+        assert row in _section("### After the analysis: the collapse onto one", "## The earlier partial study"), row
+    ones = {f"{p.parent.name}/{p.name}": agreement(p)[1] for p in sorted((STUDY_F / "runs").glob("*/seed*"))}
+    ranked = sorted(ones, key=ones.get, reverse=True)
+    assert ranked[:2] == ["gtpo-guard/seed319", "grpo/seed311"] and ones[ranked[0]] > ones[ranked[1]]
+    assert f"(its GRPO twin {ones['grpo/seed319']}; the most of F's 40 runs, the next grpo/seed311 with " \
+        f"{ones['grpo/seed311']})" in section  # fmt: skip
+    answers = [r["answer"] for rows in _samples_by_problem(STUDY_D / "runs/gtpo/seed110").values() for r in rows]
+    assert f'"1" was the answer of {answers.count("1")} of {len(answers)}' in section
+
+
+def test_the_collapse_training_table_and_figures_are_the_records():
+    """The per-run table is the script's over steps 21-40; the figures around it by hand from the record columns:
+    the shift per completion at steps without signal (Σ (A - A') / completions) against |A| at steps with signal,
+    ⟨H⟩_ini against ln 2 and the filtered completions (δ), the step the arms' sampled completions part, and seed
+    110's answers (the modal answer per step, no right answer after step 23, the protected right sums)."""
+    import math
+
+    from gtpo.runs import completions as records
+
+    script = load_script("collapse_one_answer")
+    section = _collapse_section()
+    for line in script.table([str(run) for run in COLLAPSE_RUNS]):
+        assert line in _section("### After the analysis: the collapse onto one", "## The earlier partial study"), line
+    shift, signal = {}, {}
+    for run in (COLLAPSE_RUNS[0], COLLAPSE_RUNS[2], COLLAPSE_RUNS[4]):
+        flat_push, flat_n, adv, adv_n = 0.0, 0, 0.0, 0
+        for t in range(21, 41):
+            c = records.read_step(run, t)["columns"]
+            if max(c["reward"]) == min(c["reward"]):
+                flat_push += sum(
+                    a - u for a, u in zip(c["advantage"], c["advantage_used"], strict=True) if u is not None
+                )
+                flat_n += len(c["reward"])
+            else:
+                adv, adv_n = adv + sum(abs(a) for a in c["advantage"]), adv_n + len(c["reward"])
+        shift[run.name], signal[run.name] = flat_push / flat_n, adv / adv_n
+    assert f"was {shift['seed319']:.4f} (seed 319), {shift['seed318']:.4f} (318) and {shift['seed110']:.4f} (110)" \
+        in section  # fmt: skip
+    assert f"a mean |A| of {min(signal.values()):.2f} to {max(signal.values()):.2f} per completion" in section
+    shares = [100 * shift[k] / signal[k] for k in shift]
+    assert f"signal: {min(shares):.1f} % to {max(shares):.1f} % of it." in section
+    assert f"the shift {min(shares):.1f}–{max(shares):.1f} % of a signal step's push" in section
+    ini = {
+        s: records.read_step(STUDY_F / f"runs/gtpo-guard/seed{s}", 1)["metadata"]["initial_entropy"] for s in (318, 319)
+    }
+    ini_110 = records.read_step(COLLAPSE_RUNS[4], 1)["metadata"]["initial_entropy"]
+    assert min(ini.values()) > math.log(2) > ini_110
+    assert f"⟨H⟩_ini = {ini[318]:.2f} and {ini[319]:.2f} nats (seeds 318, 319)" in section
+    assert f"(⟨H⟩_ini = {ini_110:.2f}) it dropped" in section
+    guard_runs = (STUDY_F / "runs/gtpo-guard/seed318", STUDY_F / "runs/gtpo-guard/seed319")
+    assert not any(f for run in guard_runs for r in _collapse_rows(run) for f in [r["filtered"]])
+    assert "(no completion filtered in 40 steps)" in section
+    rows_110 = _collapse_rows(COLLAPSE_RUNS[4])
+    assert f"it dropped {sum(r['filtered'] for r in rows_110)} completions in 40 steps, " \
+        f"{sum(r['filtered'] for r in rows_110 if r['step'] > 20)} of them after step 20" in section  # fmt: skip
+    for seed in (318, 319):
+        arms = [STUDY_F / f"runs/{arm}/seed{seed}" for arm in F_ARMS]
+        part = next(
+            t
+            for t in range(1, 41)
+            if len({str(records.read_step(a, t)["columns"]["completion_ids"]) for a in arms}) == 2
+        )
+        assert part == 2, seed  # the text: "part at step 2 (from the first update on)"
+    assert "part at step 2 (from the first update on)" in section
+    by_step = {r["step"]: r for r in rows_110}
+    assert (by_step[21]["modal_answer"], by_step[21]["correct"]) == ("10", 5)
+    assert (by_step[23]["modal_answer"], by_step[23]["correct"], by_step[23]["signal"]) == ("10", 8, 0)
+    late = [t for t in range(22, 41) if by_step[t]["modal_answer"] in ("1", "10")]
+    assert f'"1" or "10" at {len(late)} of 19 steps' in section
+    assert not any(by_step[t]["correct"] for t in range(24, 41))
+    early = statistics.mean(by_step[t]["copies"] for t in range(1, 21))
+    assert f"a mean of {early:.2f} of 8" in section
+    wrong = sum(r["right_reasoning_wrong_answer"] for r in rows_110)
+    protected = {r["step"]: r["protected_reasoning"] for r in rows_110 if r["protected_reasoning"]}
+    assert f"acted on {sum(protected.values())} of the {wrong} completions" in section
+    assert sorted(protected) == [13, 21] and "(steps 13 and 21)" in section
+    summary = {f"{run.parent.name}/{run.name}": script.summarize(_collapse_rows(run)) for run in COLLAPSE_RUNS}
+    g319, r319, g318, r318 = (
+        summary[k] for k in ("gtpo-guard/seed319", "grpo/seed319", "gtpo-guard/seed318", "grpo/seed318")
+    )
+    early_f = [
+        statistics.mean(r["copies"] for r in _collapse_rows(run) if r["step"] <= 20) for run in COLLAPSE_RUNS[:4]
+    ]
+    for text in (
+        f"(F's four runs: {min(early_f):.2f} to {max(early_f):.2f})",
+        f"repeat the reasoning's sum ({g319['copies']:.2f} of 8 in training steps 21–40)",
+        f"({g319['distinct']:.2f} and {r319['distinct']:.2f} distinct answers per group over steps 21–40",
+        f"eight at steps {' and '.join(map(str, g319['one_wrong_answer_steps']))} against the twin's "
+        f"{', '.join(map(str, r319['one_wrong_answer_steps']))})",
+        f"Its answers scattered: {g318['distinct']:.2f} distinct answers per group over steps 21–40 (twin "
+        f"{r318['distinct']:.2f})",
+        f"({g318['correct']:.2f} of 8 per group over steps 21–40, twin {r318['correct']:.2f})",
+        f"({g318['steps_without_signal']} of 20, twin {r318['steps_without_signal']})",
+        f"{g319['sum_in_span']} of {g319['sum_tokens']} sum tokens at gtpo-guard/seed319 were in a span",
+        f"at seed 318, {g318['sum_lambda_0']} of {g318['sum_tokens']:,} at λ 0",
+    ):
+        assert text in section, text
+    assert g319["sum_lambda_0"] == g319["sum_lambda_2"] == g318["sum_lambda_2"] == 0  # "none at a λ other than 1"
+    late_319 = [statistics.mean(r["correct"] for r in _collapse_rows(STUDY_F / f"runs/{arm}/seed319") if r["step"] > 30)
+                for arm in F_ARMS]  # fmt: skip
+    assert f"({late_319[0]:.2f} of 8 per group over steps 31–40, against the twin's {late_319[1]:.2f})" in section
