@@ -7,7 +7,7 @@
     python benchmarks/bench_loss_step.py --arms gtpo gtpo-bf16 trl   # float32 against bfloat16 (`dtype: auto`)
     python benchmarks/bench_loss_step.py --shape qwen1.5b --baseline-commit ca8ead9   # this tree's GTPO against
                                                                                      # ca8ead9's, same process
-    python benchmarks/bench_loss_step.py --shape tiny --reps 6      # a CPU smoke run (seconds)
+    python benchmarks/bench_loss_step.py --shape tiny --reps 6      # a check that it runs (CPU)
 
 Both arms score the SAME completions (sampled once, then replayed), so they do the same work whatever the policy:
 - `trl`: stock `trl.GRPOTrainer` (loss_type="grpo", beta=0): TRL's padded layout;
@@ -43,7 +43,7 @@ Shapes:
 - `qwen1.5b`: the same prompt and completions on Qwen2.5-1.5B's whole config (28 layers of width 1,536, 12 heads,
   2 key-value heads, tied 151,936-token head), random weights, full fine-tuning; meant for a GPU (bf16).
 - `tiny`: the paper-vocab batch's prompt with 8 completions of 16-32 tokens on a 2-layer model of width 64 and
-  vocabulary 512 (the tiny tokenizer's): only to check that the benchmark runs, on a CPU in seconds.
+  vocabulary 512 (the tiny tokenizer's): only to check that the benchmark runs (on a CPU; its times are no figure).
 - `qwen3b`: Qwen2.5-3B's whole config (36 layers of width 2,048, 16 heads, 2 key-value heads, MLP 11,008, tied
   151,936-token head), G = 8 completions of 256-512 random tokens after the same 203-token prompt (three arms at
   1,024 tokens did not fit an 80 GB GPU), random weights, full fine-tuning; meant for a GPU (bf16).
