@@ -202,3 +202,24 @@ def test_extract_commit_reads_the_history_or_says_why_not(tmp_path):
     assert (source / "gtpo" / "__init__.py").read_bytes() == committed
     with pytest.raises(SystemExit, match="name a commit this clone has"):
         code_versions.extract_commit("0000000000", "src", repository=root)
+
+
+# ------------------------------------------------------------------------------------------------- bench_loss_step
+
+
+def test_step_ratio_is_the_median_of_per_repetition_ratios_not_a_ratio_of_medians():
+    """bench_loss_step's figure pairs each arm's repetition with the reference's same repetition (issue 47, item 3):
+    here the per-repetition median (1.0) differs from the ratio of the medians (0.4 / 0.35), and the printed figure
+    is the former, with the interval of ranks 1 and 6 of six ratios."""
+    import bench_loss_step
+
+    gtpo = [0.1, 0.2, 0.3, 0.6, 0.5, 0.6]
+    trl = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]  # forward alone: ratios 1, 1, 1, 1.5, 1, 1
+    zero = [0.0] * 6
+    assert ratio_stats.median(gtpo) / ratio_stats.median(trl) == pytest.approx(0.4 / 0.35)
+    times = {"trl": {"forward": trl, "backward": zero}, "gtpo": {"forward": gtpo, "backward": zero}}
+    lines = bench_loss_step._ratio_lines(times, "trl", 6)
+    assert lines[0].startswith("gtpo / trl, forward + backward: 1.000x [1.000, 1.500] (96.9 % interval")
+    assert lines[1].startswith("gtpo / trl, forward: 1.000x")
+    few = {arm: {k: v[:2] for k, v in t.items()} for arm, t in times.items()}
+    assert "no interval under 6 repetitions" in bench_loss_step._ratio_lines(few, "trl", 2)[0]
