@@ -1126,3 +1126,29 @@ def test_the_collapse_training_table_and_figures_are_the_records():
     late_319 = [statistics.mean(r["correct"] for r in _collapse_rows(STUDY_F / f"runs/{arm}/seed319") if r["step"] > 30)
                 for arm in F_ARMS]  # fmt: skip
     assert f"({late_319[0]:.2f} of 8 per group over steps 31–40, against the twin's {late_319[1]:.2f})" in section
+
+
+@pytest.mark.parametrize(
+    ("study", "arm", "seeds", "named"),
+    [
+        ("d", "gtpo", SEEDS_D, "entropy: TRL's token-mean `entropy`"),
+        ("f", "gtpo-guard", SEEDS_F, "entropy: TRL's token-mean `entropy`"),
+        ("e", "gtpo", SEEDS_E, "as `gtpo/mean_entropy`"),
+    ],
+)
+def test_each_summary_entropy_is_the_metric_the_document_names(study, arm, seeds, named):
+    """`gtpo compare` reads `gtpo/mean_entropy` when every run logs it (E: both arms are GTPO) and TRL's `entropy`
+    otherwise (D, F: GRPO logs no other). By hand from the metrics files, the summary's per-arm entropy is the mean
+    of the named metric over the last 10 steps, not of the other, and the document names it beside the table."""
+    study, section = {"d": (STUDY_D, _section_d), "f": (STUDY_F, _section_f), "e": (STUDY_E, None)}[study]
+    text = _section_e() if section is None else flat(" ".join(section()))
+    key = "gtpo/mean_entropy" if "mean_entropy" in named else "entropy"
+    other = "entropy" if key == "gtpo/mean_entropy" else "gtpo/mean_entropy"
+    summary = json.loads((study / "summary.json").read_text())["arms"][arm]["metrics"]["entropy"]["mean"]
+
+    def mean_of(name: str) -> float:
+        runs = [_last_steps(study / f"runs/{arm}/seed{s}/metrics.jsonl") for s in seeds]
+        return statistics.mean(statistics.mean(r[t][name] for t in sorted(r)[-10:]) for r in runs)
+
+    assert summary == pytest.approx(mean_of(key)) and summary != pytest.approx(mean_of(other), abs=1e-3)
+    assert named in text
