@@ -984,6 +984,10 @@ COLLAPSE_RUNS = [
 ]
 
 
+def _words(n: int) -> str:
+    return {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}[n]
+
+
 def _collapse_section() -> str:
     return flat(" ".join(_section("### After the analysis: the collapse onto one", "## The earlier partial study")))
 
@@ -1123,6 +1127,17 @@ def test_the_collapse_training_table_and_figures_are_the_records():
     ):
         assert text in section, text
     assert g319["sum_lambda_0"] == g319["sum_lambda_2"] == g318["sum_lambda_2"] == 0  # "none at a λ other than 1"
+    step_33 = {
+        arm: next(r for r in _collapse_rows(STUDY_F / f"runs/{arm}/seed319") if r["step"] == 33) for arm in F_ARMS
+    }
+    guard_33, grpo_33 = step_33["gtpo-guard"], step_33["grpo"]
+    assert guard_33["one_wrong_answer"] and guard_33["modal_answer"] == "14" and guard_33["signal"] == 0
+    assert guard_33["shift"] == pytest.approx(0.1 * 8 * guard_33["entropy"])  # γ Σ⟨H⟩_i, γ = 0.1
+    assert grpo_33["correct"] == 0 and grpo_33["signal"] == 0 and grpo_33["shift"] == 0
+    assert (
+        f"only the shift, {guard_33['shift']:.3f} in all (mean ⟨H⟩_i {guard_33['entropy']:.3f} nats); GRPO's group for "
+        f'the same prompt had {grpo_33["distinct"]} different wrong answers ("14" {_words(grpo_33["modal"])} times)'
+    ) in section
     late_319 = [statistics.mean(r["correct"] for r in _collapse_rows(STUDY_F / f"runs/{arm}/seed319") if r["step"] > 30)
                 for arm in F_ARMS]  # fmt: skip
     assert f"({late_319[0]:.2f} of 8 per group over steps 31–40, against the twin's {late_319[1]:.2f})" in section
