@@ -71,7 +71,7 @@ def main(argv=None) -> None:
     print(
         f"device {name}, {str(dtype).removeprefix('torch.')}, {args.shape} config, sampler {args.sampler}; read "
         f"bandwidth {bandwidth / 1e9:.0f} GB/s (faster of a warm reduction and copy of "
-        f"{probe_bytes(weight_bytes) / 2**20:.0f} MiB); weights {weight_bytes / 1e9:.3f} GB, so one read of the "
+        f"{probe_bytes(weight_bytes) / 2**20:.0f} MiB); weights {weight_bytes / 1e9:.4g} GB, so one read of the "
         f"weights (the floor) {1e3 * floor:.3f} ms"
     )
     arms = {
