@@ -13,8 +13,8 @@
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47).
-# Time: about 8-9 minutes for all groups on an H100, estimated from the logged runs (docs/performance.md, "GPU
-# checks"); status.txt records each step's seconds, so a run measures it.
+# Time: about 9 minutes for these groups on an H100, an estimate from the logged runs (docs/performance.md, "GPU
+# checks"); status.txt records each step's seconds, so a run measures it. Over 10 minutes, run it in two calls.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
 #   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
