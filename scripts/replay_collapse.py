@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from gtpo.runs.metrics_log import read_metrics
-from gtpo.trainer.callbacks import DEFAULT_FORMAT_KEY, CollapseMonitor, CollapseRule
+from gtpo.trainer.callbacks import DEFAULT_FORMAT_KEY, SIGNALS, CollapseMonitor, CollapseRule
 
 
 def step_rows(rows: list[dict]) -> list[dict]:
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patience", type=int, default=CollapseRule.patience)
     parser.add_argument("--entropy-rise", type=float, default=CollapseRule.entropy_rise)
     parser.add_argument("--entropy-threshold", type=float, default=CollapseRule.entropy_threshold)
+    parser.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(CollapseRule().signals))
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     try:
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             patience=args.patience,
             entropy_rise=args.entropy_rise,
             entropy_threshold=args.entropy_threshold,
+            signals=tuple(args.signals),
         )
         results = [
             measure(p, args.format_key, rule, args.fall_drop, args.min_best, args.fall_patience) for p in args.runs

@@ -9,9 +9,12 @@ from transformers import TrainerCallback as TrainerCallbackBase
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from cli_helpers import load_script  # noqa: E402
-from gtpo.trainer.callbacks import CollapseMonitor, CollapseRule, CollapseWarningCallback
+from gtpo.trainer.callbacks import DEFAULT_SIGNALS, CollapseMonitor, CollapseRule, CollapseWarningCallback
 
 FMT = "rewards/format_reward/mean"
+CLIP = "completions/clipped_ratio"
+# The paper's entropy signal with the format backstop: not watched by default (docs/inspect.md), still available.
+PAPER_RULE = CollapseRule(signals=("entropy", "format"))
 
 
 def replay(callback, rows):
@@ -54,7 +57,7 @@ def format_fall_step(rows, drop=0.25, alpha=0.3):
 
 def test_rising_entropy_warns_before_the_format_reward_falls(caplog):
     rows = collapsing_run()
-    callback = CollapseWarningCallback(action="warn")
+    callback = CollapseWarningCallback(action="warn", rule=PAPER_RULE)
     with caplog.at_level(logging.WARNING, logger="gtpo.trainer.callbacks"):
         controls, logged = replay(callback, rows)
     warned = [s for s, logs in enumerate(logged, start=1) if logs["monitor/collapse_warning"] == 1.0]
@@ -72,16 +75,17 @@ def test_rising_entropy_warns_before_the_format_reward_falls(caplog):
 
 def test_entropy_ema_matches_a_plain_recomputation():
     rows = collapsing_run()
-    _, logged = replay(CollapseWarningCallback(), rows)
+    _, logged = replay(CollapseWarningCallback(rule=PAPER_RULE), rows)
     ema = rows[0]["entropy"]
     for row, logs in zip(rows[1:], logged[1:], strict=False):
         ema = 0.3 * row["entropy"] + 0.7 * ema
         assert logs["monitor/entropy_ema"] == pytest.approx(ema)
 
 
-def test_flat_healthy_run_never_warns(caplog):
+@pytest.mark.parametrize("rule", [None, PAPER_RULE], ids=["shipped", "paper-entropy"])
+def test_flat_healthy_run_never_warns(caplog, rule):
     with caplog.at_level(logging.WARNING, logger="gtpo.trainer.callbacks"):
-        _, logged = replay(CollapseWarningCallback(), healthy_run())
+        _, logged = replay(CollapseWarningCallback(rule=rule), healthy_run())
     assert all(logs["monitor/collapse_warning"] == 0.0 for logs in logged)
     assert not caplog.records
 
@@ -89,19 +93,19 @@ def test_flat_healthy_run_never_warns(caplog):
 def test_model_that_starts_above_ln2_is_not_flagged_for_its_own_entropy():
     # Qwen-like: entropy ~1.0 from the start, flat: above ln 2 but never risen above its floor.
     rows = [{"entropy": 1.0 + 0.02 * math.sin(i), FMT: 10.0} for i in range(30)]
-    _, logged = replay(CollapseWarningCallback(), rows)
+    _, logged = replay(CollapseWarningCallback(rule=PAPER_RULE), rows)
     assert not any(logs["monitor/collapse_warning"] for logs in logged)
 
 
 def test_stop_action_stops_training_at_the_warning_step_and_saves():
-    controls, logged = replay(CollapseWarningCallback(action="stop"), collapsing_run())
+    controls, logged = replay(CollapseWarningCallback(action="stop", rule=PAPER_RULE), collapsing_run())
     stopped = [s for s, c in enumerate(controls, start=1) if c.should_training_stop]
     assert stopped == [9]
     assert controls[8].should_save
 
 
 def test_save_action_saves_once_without_stopping():
-    controls, _ = replay(CollapseWarningCallback(action="save"), collapsing_run())
+    controls, _ = replay(CollapseWarningCallback(action="save", rule=PAPER_RULE), collapsing_run())
     assert [s for s, c in enumerate(controls, start=1) if c.should_save] == [9]
     assert not any(c.should_training_stop for c in controls)
 
@@ -115,7 +119,7 @@ def test_gtpo_filtered_fraction_alone_triggers_the_warning():
     # Entropy flat and low; the filter starts dropping most completions at step 4 (EMA ≥ 0.5 from step 5).
     frac = [0.0, 0.0, 0.0, 0.9, 0.9, 0.9, 0.9]
     rows = [{"entropy": 0.3, "gtpo/filtered_frac": f, FMT: 10.0} for f in frac]
-    _, logged = replay(CollapseWarningCallback(), rows)
+    _, logged = replay(CollapseWarningCallback(rule=CollapseRule(signals=("filtered",))), rows)
     # EMA: 0, 0, 0, 0.27, 0.459, 0.5913, 0.68391 -> ≥0.5 at steps 6 and 7 -> patience 2 -> step 7.
     assert [s for s, row in enumerate(logged, 1) if row["monitor/collapse_warning"]][0] == 7
     assert logged[-1]["monitor/filtered_frac_ema"] == pytest.approx(0.68391)
@@ -133,6 +137,8 @@ def test_bad_action_and_rule_are_one_line_errors():
         CollapseWarningCallback(action="panic")
     with pytest.raises(ValueError, match="patience must be >= 1"):
         CollapseRule(patience=0)
+    with pytest.raises(ValueError, match="unknown signal.*choose from length, stall, format, filtered, entropy"):
+        CollapseRule(signals=("length", "kl"))
 
 
 def test_gtpo_train_reads_collapse_warning_from_recipe_and_flag(tmp_path):
@@ -170,7 +176,8 @@ def test_replay_script_measures_lead_time_and_false_alarms(tmp_path, capsys):
         lines = [json.dumps({"step": s, **row}) for s, row in enumerate(rows, start=1)]
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp_path / "r.json"
-    assert script.main([str(tmp_path / "collapse"), str(tmp_path / "healthy"), "--json", str(out)]) == 0
+    paper = ["--signals", "entropy", "format"]
+    assert script.main([str(tmp_path / "collapse"), str(tmp_path / "healthy"), "--json", str(out), *paper]) == 0
     results = {Path(r["run"]).name: r for r in json.loads(out.read_text())}
     # The callback test's hand figures: warning at 9; fall 12 is the first of 3 steps 25% below the best.
     assert results["collapse"]["warning_step"] == 9 and results["collapse"]["fall_step"] == format_fall_step(
@@ -285,18 +292,93 @@ def test_replay_script_on_recorded_runs_reports_the_late_backstop_and_the_grpo_a
     import json
 
     script = _replay_script()
-    out = tmp_path / "r.json"
-    assert (
-        script.main(
-            [str(FIXTURES / n) for n in ("gtpo-lr3e-3.jsonl", "gtpo-lr1e-3.jsonl", "grpo-lr1e-3.jsonl")]
-            + ["--json", str(out)]
-        )
-        == 0
-    )
-    results = {Path(r["run"]).stem: r for r in json.loads(out.read_text())}
+    names = ("gtpo-lr3e-3.jsonl", "gtpo-lr1e-3.jsonl", "grpo-lr1e-3.jsonl")
+
+    def results(*extra):
+        out = tmp_path / "r.json"
+        assert script.main([str(FIXTURES / n) for n in names] + ["--json", str(out), *extra]) == 0
+        return {Path(r["run"]).stem: r for r in json.loads(out.read_text())}
+
+    shipped = results()
     # The collapse: fall (3 smoothed logs 25% below the best) at the first step of that streak; the
     # backstop (30%, 2 logs) cannot come before it.
-    assert results["gtpo-lr3e-3"]["verdict"] == "late" and results["gtpo-lr3e-3"]["lead_steps"] <= 0
-    assert results["gtpo-lr1e-3"]["verdict"] == "quiet"
-    # GRPO at lr 1e-3: entropy 1.44 and 1.47 at steps 6-7 with a format dip that recovers -> a false alarm.
-    assert results["grpo-lr1e-3"]["verdict"] == "false alarm" and "entropy" in results["grpo-lr1e-3"]["reasons"][0]
+    assert shipped["gtpo-lr3e-3"]["verdict"] == "late" and shipped["gtpo-lr3e-3"]["lead_steps"] <= 0
+    assert shipped["gtpo-lr1e-3"]["verdict"] == "quiet"
+    # GRPO at lr 1e-3: entropy 1.44 and 1.47 at steps 6-7 with a format dip that recovers: the paper's entropy
+    # signal raised a false alarm there (the old default); the shipped rule stays quiet.
+    assert shipped["grpo-lr1e-3"]["verdict"] == "quiet"
+    paper = results("--signals", "entropy", "format")
+    assert paper["grpo-lr1e-3"]["verdict"] == "false alarm" and "entropy" in paper["grpo-lr1e-3"]["reasons"][0]
+
+
+# ------------------------------------------------------------------ the shipped rule: warns, clears, stays quiet
+
+
+def test_shipped_rule_watches_the_length_stall_and_format_signals():
+    assert DEFAULT_SIGNALS == ("length", "stall", "format") and CollapseRule().signals == DEFAULT_SIGNALS
+    assert CollapseRule().stall_patience == 6 and CollapseRule().clipped_threshold == 0.5
+
+
+def test_length_signal_warns_while_completions_run_to_the_limit_and_clears_after(caplog):
+    # Half the group or more cut at the limit for three steps, then none; the format stays full.
+    clipped = [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    rows = [{CLIP: c, FMT: 10.0, "entropy": 0.3} for c in clipped]
+    callback = CollapseWarningCallback(action="warn")
+    with caplog.at_level(logging.WARNING, logger="gtpo.trainer.callbacks"):
+        _, logged = replay(callback, rows)
+    # Hand EMA (α = 0.3): 0, 0, 0.3, 0.51, 0.657, 0.4599, ...: at least 0.5 at steps 4 and 5, so with patience 2
+    # the warning is on at step 5 only and off again at step 6.
+    assert [row["monitor/clipped_ema"] for row in logged][:6] == pytest.approx([0, 0, 0.3, 0.51, 0.657, 0.4599])
+    assert [row["monitor/collapse_warning"] for row in logged] == [0, 0, 0, 0, 1, 0, 0, 0]
+    assert callback.monitor.episodes == [[5, 6]] and callback.monitor.fired_step == 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and lines[0].startswith("possible policy collapse at step 5: 66% of completions run")
+    assert lines[1] == "collapse warning cleared at step 6: no watched signal holds any more"
+
+
+def test_stall_signal_warns_after_six_steps_without_a_full_format_completion_and_clears_when_one_comes():
+    # Format means <= 1.0 mean no completion earned the full format (10 of 8 completions' sum makes >= 1.25).
+    fmt = [0.5, 1.0, 1.0, 0.875, 1.0, 1.0, 1.0, 2.25, 1.0]
+    rows = [{CLIP: 0.0, FMT: f} for f in fmt]
+    _, logged = replay(CollapseWarningCallback(), rows)
+    # Steps 1-7 hold the condition: six in a row at step 6 -> on at 6 and 7; step 8 has a full-format completion.
+    assert [row["monitor/stall_streak"] for row in logged] == [1, 2, 3, 4, 5, 6, 7, 0, 1]
+    assert [row["monitor/collapse_warning"] for row in logged] == [0, 0, 0, 0, 0, 1, 1, 0, 0]
+
+
+def test_warning_turns_on_again_and_save_acts_at_each_onset():
+    clipped = [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    rows = [{CLIP: c, FMT: 10.0} for c in clipped]
+    callback = CollapseWarningCallback(action="save")
+    controls, logged = replay(callback, rows)
+    # EMA 1, 1, 0.7, 0.49, 0.343, 0.5401, 0.67807, 0.774649: on at 1-3 (patience 2 reached at step 2), again at 7-8.
+    assert [row["monitor/collapse_warning"] for row in logged] == [0, 1, 1, 0, 0, 0, 1, 1]
+    assert callback.monitor.episodes == [[2, 4], [7, None]]
+    assert [s for s, c in enumerate(controls, start=1) if c.should_save] == [2, 7]
+
+
+def test_default_run_entropy_spike_does_not_warn_but_the_paper_signal_did():
+    # The offline default run in bf16 (docs/measurements/make-train-20261125-2325/metrics.jsonl), steps 1-6:
+    # entropy 0.55, 1.74, 0.91, then down; the format climbing; no completion cut at the limit.
+    entropy = [0.552, 1.743, 0.910, 0.717, 0.326, 0.392]
+    fmt = [0.625, 1.5, 3.25, 4.375, 7.75, 3.125]
+    rows = [{"entropy": h, FMT: f, CLIP: 0.0} for h, f in zip(entropy, fmt, strict=True)]
+    _, shipped = replay(CollapseWarningCallback(), rows)
+    assert not any(row["monitor/collapse_warning"] for row in shipped)
+    # The old default (entropy signal): EMA 0.552, 0.909 (0.357 above the floor) and 0.909 at step 3: on at step 3.
+    _, paper = replay(CollapseWarningCallback(rule=PAPER_RULE), rows)
+    assert [row["monitor/collapse_warning"] for row in paper][:3] == [0, 0, 1]
+
+
+def test_the_committed_default_runs_stay_quiet_at_every_step():
+    """The offline default run's committed logs (bf16 on two CPUs, float32, the GRPO twin): no step warns."""
+    import json
+
+    root = Path(__file__).parents[2] / "docs" / "measurements"
+    for name in ("make-train-20261125-2325", "make-train-20261126-amx", "make-train-float32-20261126"):
+        monitor = CollapseMonitor()
+        rows = [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
+        steps = [monitor.update(row, step=row["step"]) for row in rows if "entropy" in row]
+        assert len(steps) == 40 and not monitor.fired, name
+        # and the recorded flag of the old rule was on from step 3 in the bf16 runs: the change is the rule's
+        assert any(row.get("monitor/collapse_warning") == 1 for row in rows) == ("float32" not in name), name

@@ -1,11 +1,12 @@
 """Collapse early warning: a ``TrainerCallback`` that watches the logged metrics of a GRPO-family run.
 
-The paper (Sec. 4.2, Fig. 1 and Fig. 4) shows policy collapse arriving in a fixed order: the mean
-completion entropy rises past ln 2 first, then the format reward breaks, then accuracy. KL reacts only
-after the fact. :class:`CollapseWarningCallback` reads only the ``logs`` dict of ``on_log``, so it works
-with TRL's ``GRPOTrainer`` and with ``GTPOTrainer`` alike, and warns once when the smoothed entropy has
-risen past ln 2 (or, under GTPO, when the entropy filter is dropping most completions), or, as a late
-backstop, when the smoothed format reward has fallen well below its best.
+:class:`CollapseWarningCallback` reads only the ``logs`` dict of ``on_log``, so it works with TRL's ``GRPOTrainer``
+and with ``GTPOTrainer`` alike. It warns when the completions run to the length limit (the runaway of the project's
+studies B, C and F), when no completion earns the full format for several steps (the partial-format stall of
+studies C and E), or, as a late backstop, when the smoothed format reward has fallen well below its best; the flag
+``monitor/collapse_warning`` is 1 while one of these holds and 0 again when none does. The paper's entropy signal
+(Sec. 4.2: entropy rises past ln 2 before the format breaks) and the entropy filter's share are available and off
+by default: replayed on the committed runs they added false alarms and no warning in time.
 
 >>> from gtpo.trainer.callbacks import CollapseWarningCallback
 >>> trainer.add_callback(CollapseWarningCallback(action="warn"))  # doctest: +SKIP
@@ -32,38 +33,71 @@ ACTIONS = ("off", "warn", "save", "stop")
 # mean completion entropy; GTPO's own per-completion mean is the fallback (docs/metrics.md).
 ENTROPY_KEYS = ("entropy", "gtpo/mean_entropy")
 FILTERED_KEY = "gtpo/filtered_frac"
+CLIPPED_KEY = "completions/clipped_ratio"  # TRL: share of the step's completions cut at max_completion_length
 DEFAULT_FORMAT_KEY = "rewards/format_reward/mean"
+
+# Every signal the rule knows, and the ones it watches by default. The entropy signal (the paper's Sec. 4.2 order)
+# and the filter signal are off by default: replayed on the committed runs (scripts/collapse_warning_table.py) they
+# warned in time on no failed run that the length and stall signals missed, and added false alarms (the entropy
+# signal's included the offline default run's at step 3). docs/inspect.md, "Measured".
+SIGNALS = ("length", "stall", "format", "filtered", "entropy")
+DEFAULT_SIGNALS = ("length", "stall", "format")
 
 
 @dataclass
 class CollapseRule:
-    """Thresholds of the collapse rule (docs/inspect.md).
+    """Thresholds of the collapse rule (docs/inspect.md, "The rule").
 
-    An exponential moving average with weight ``alpha`` smooths each signal: s_t = α·x_t + (1−α)·s_{t−1}.
-    The entropy signal fires when the smoothed entropy is above ``entropy_threshold`` (ln 2, the paper's
-    Eq. 6 constant) AND has risen at least ``entropy_rise`` nats above its lowest smoothed value so far
-    (a model that starts above ln 2, like Qwen 2.5 in the paper, is not flagged for being itself), for
-    ``patience`` consecutive logs. The filter signal fires when the smoothed fraction of completions
-    dropped by GTPO's entropy filter is at least ``filtered_threshold`` for ``patience`` logs. The format
-    signal is a backstop, not an early warning: it fires when the smoothed format reward has fallen more
-    than ``format_drop`` (a fraction) below its best smoothed value, best > 0, for ``patience`` logs. On
-    our recorded runs a too-high learning rate collapsed the output towards zero entropy, which the entropy
-    signal cannot see (docs/inspect.md, "Measured"), and ``save``/``stop`` should still act on that.
+    Each signal is a condition checked at every log; it is *on* once it has held for its patience in logs in a
+    row, and off again at the first log where it does not hold. The warning (``monitor/collapse_warning``) is on
+    while any watched signal is on. An exponential moving average with weight ``alpha`` smooths the length,
+    filter, format and entropy inputs: s_t = α·x_t + (1−α)·s_{t−1}.
+
+    - ``length``: the smoothed share of completions cut at the length limit (TRL's ``completions/clipped_ratio``)
+      is at least ``clipped_threshold``, for ``patience`` logs: the runaway of studies B, C and F.
+    - ``stall``: no completion of the step earned more than ``stall_format`` (the format reward's step mean is at
+      most it: with the 0/1/10 format reward and G completions, one full-format completion makes the mean at
+      least 10/G > 1), for ``stall_patience`` logs: the partial-format stall of studies C and E.
+    - ``filtered``: the smoothed fraction of completions dropped by GTPO's entropy filter is at least
+      ``filtered_threshold``, for ``patience`` logs.
+    - ``format``: the smoothed format reward is more than ``format_drop`` (a fraction) below its best smoothed
+      value (best > 0), for ``patience`` logs: a backstop, the collapse has started.
+    - ``entropy`` (not watched by default): the smoothed entropy is above ``entropy_threshold`` (ln 2, the
+      paper's Eq. 6 constant) and at least ``entropy_rise`` nats above its lowest smoothed value so far, for
+      ``patience`` logs.
+
+    ``signals`` names the watched ones; ``warmup`` logs at the start never turn the warning on (their values
+    still enter the averages).
     """
 
     alpha: float = 0.3
-    entropy_threshold: float = LN2
-    entropy_rise: float = 0.2
+    patience: int = 2
+    signals: tuple[str, ...] = DEFAULT_SIGNALS
+    clipped_threshold: float = 0.5
+    stall_format: float = 1.0
+    stall_patience: int = 6
     filtered_threshold: float = 0.5
     format_drop: float = 0.3
-    patience: int = 2
-    warmup: int = 0  # logs ignored at the start (the first steps of a run are noisy)
+    entropy_threshold: float = LN2
+    entropy_rise: float = 0.2
+    warmup: int = 0
 
     def __post_init__(self):
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"CollapseRule: alpha must be in (0, 1], got {self.alpha}")
-        if self.patience < 1:
-            raise ValueError(f"CollapseRule: patience must be >= 1, got {self.patience}")
+        if self.patience < 1 or self.stall_patience < 1:
+            raise ValueError(
+                f"CollapseRule: patience must be >= 1, got patience={self.patience}, "
+                f"stall_patience={self.stall_patience}"
+            )
+        unknown = [s for s in self.signals if s not in SIGNALS]
+        if unknown:
+            raise ValueError(f"CollapseRule: unknown signal(s) {unknown}; choose from {', '.join(SIGNALS)}")
+        self.signals = tuple(self.signals)
+
+    def patience_of(self, signal: str) -> int:
+        """Logs in a row the signal's condition must hold before it is on."""
+        return self.stall_patience if signal == "stall" else self.patience
 
 
 def _ema(previous: float | None, value: float, alpha: float) -> float:
@@ -83,8 +117,9 @@ def _number(logs: dict, key: str) -> float | None:
 class CollapseMonitor:
     """The rule's state over a sequence of logged rows; no trainer needed (tests and scripts replay rows).
 
-    ``update(row)`` returns the ``monitor/*`` metrics for that row, and sets ``fired`` (with ``reasons``
-    and ``fired_step``) the first time the rule fires.
+    ``update(row, step)`` returns the ``monitor/*`` metrics for that row. ``active`` is whether the warning is on
+    now (``reasons`` says why); ``episodes`` lists each stretch it was on as ``[first step, first step off]``
+    (``None`` while still on); ``fired`` and ``fired_step`` keep whether and where it first turned on.
     """
 
     rule: CollapseRule = field(default_factory=CollapseRule)
@@ -92,90 +127,127 @@ class CollapseMonitor:
     entropy: float | None = None
     entropy_floor: float | None = None
     filtered: float | None = None
+    clipped: float | None = None
     format: float | None = None
     format_best: float | None = None
-    streak_entropy: int = 0
-    streak_filtered: int = 0
-    streak_format: int = 0
+    streaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIGNALS, 0))
     seen: int = 0
+    active: bool = False
     fired: bool = False
     fired_step: int | None = None
     reasons: list[str] = field(default_factory=list)
+    episodes: list[list[int | None]] = field(default_factory=list)
 
-    def update(self, row: dict, step: int | None = None) -> dict:
-        rule = self.rule
+    def _conditions(self, row: dict) -> tuple[dict[str, bool | None], dict[str, float]]:
+        """Update the averages from one row; each signal's condition at this row (None: its input is absent) and
+        the ``monitor/*`` values."""
+        rule, out = self.rule, {}
+        held: dict[str, bool | None] = dict.fromkeys(SIGNALS)
         entropy = next((v for v in (_number(row, k) for k in ENTROPY_KEYS) if v is not None), None)
-        filtered = _number(row, FILTERED_KEY)
-        fmt = _number(row, self.format_key)
-        if entropy is None and filtered is None and fmt is None:
-            return {}  # an eval or end-of-training dict: nothing to watch
-        self.seen += 1
-        out: dict[str, float] = {}
         if entropy is not None:
             self.entropy = _ema(self.entropy, entropy, rule.alpha)
             self.entropy_floor = self.entropy if self.entropy_floor is None else min(self.entropy_floor, self.entropy)
             rise = self.entropy - self.entropy_floor
-            high = self.entropy > rule.entropy_threshold and rise >= rule.entropy_rise
-            self.streak_entropy = self.streak_entropy + 1 if high else 0
+            held["entropy"] = self.entropy > rule.entropy_threshold and rise >= rule.entropy_rise
             out |= {"monitor/entropy_ema": self.entropy, "monitor/entropy_rise": rise}
+        filtered = _number(row, FILTERED_KEY)
         if filtered is not None:
             self.filtered = _ema(self.filtered, filtered, rule.alpha)
-            self.streak_filtered = self.streak_filtered + 1 if self.filtered >= rule.filtered_threshold else 0
+            held["filtered"] = self.filtered >= rule.filtered_threshold
             out["monitor/filtered_frac_ema"] = self.filtered
+        clipped = _number(row, CLIPPED_KEY)
+        if clipped is not None:
+            self.clipped = _ema(self.clipped, clipped, rule.alpha)
+            held["length"] = self.clipped >= rule.clipped_threshold
+            out["monitor/clipped_ema"] = self.clipped
+        fmt = _number(row, self.format_key)
         if fmt is not None:
             self.format = _ema(self.format, fmt, rule.alpha)
             self.format_best = self.format if self.format_best is None else max(self.format_best, self.format)
-            fell = self.format_best > 0 and self.format_best - self.format > rule.format_drop * self.format_best
-            self.streak_format = self.streak_format + 1 if fell else 0
+            drop = self.format_best - self.format
+            held["format"] = self.format_best > 0 and drop > rule.format_drop * self.format_best
+            held["stall"] = fmt <= rule.stall_format  # the raw step mean: one full-format completion lifts it
             out |= {"monitor/format_ema": self.format, "monitor/format_drop": self.format_best - self.format}
-        if not self.fired and self.seen > rule.warmup:
-            reasons = []
-            if self.streak_entropy >= rule.patience:
-                reasons.append(
-                    f"the smoothed completion entropy is {self.entropy:.3f} nats, above ln 2 = {LN2:.3f} and "
-                    f"{self.entropy - self.entropy_floor:.3f} above its lowest ({self.entropy_floor:.3f}), "
-                    f"for {self.streak_entropy} logs"
-                )
-            if self.streak_filtered >= rule.patience:
-                reasons.append(
-                    f"the entropy filter drops {100 * self.filtered:.0f}% of completions (smoothed), "
-                    f"for {self.streak_filtered} logs"
-                )
-            if self.streak_format >= rule.patience:
-                reasons.append(
-                    f"the smoothed format reward ({self.format_key}) has fallen to {self.format:.3f}, more than "
-                    f"{100 * rule.format_drop:.0f}% below its best {self.format_best:.3f}, for {self.streak_format} "
-                    "logs (the collapse has started; the entropy signal did not fire first)"
-                )
-            if reasons:
-                self.fired, self.fired_step, self.reasons = True, step, reasons
-        out["monitor/collapse_warning"] = float(self.fired)
+        return held, out
+
+    def _reason(self, signal: str) -> str:
+        rule, streak = self.rule, self.streaks[signal]
+        if signal == "length":
+            return (
+                f"{100 * self.clipped:.0f}% of completions run to the length limit (smoothed {CLIPPED_KEY}, at least "
+                f"{100 * rule.clipped_threshold:.0f}% for {streak} logs): a runaway"
+            )
+        if signal == "stall":
+            return (
+                f"no completion earned more than {rule.stall_format:g} ({self.format_key}) for {streak} logs: "
+                "the format is stuck at partial credit, a stall"
+            )
+        if signal == "filtered":
+            return f"the entropy filter drops {100 * self.filtered:.0f}% of completions (smoothed), for {streak} logs"
+        if signal == "format":
+            return (
+                f"the smoothed format reward ({self.format_key}) has fallen to {self.format:.3f}, more than "
+                f"{100 * rule.format_drop:.0f}% below its best {self.format_best:.3f}, for {streak} logs "
+                "(the collapse has started)"
+            )
+        return (
+            f"the smoothed completion entropy is {self.entropy:.3f} nats, above ln 2 = {LN2:.3f} and "
+            f"{self.entropy - self.entropy_floor:.3f} above its lowest ({self.entropy_floor:.3f}), for {streak} logs"
+        )
+
+    def update(self, row: dict, step: int | None = None) -> dict:
+        """Feed one logged row; returns its ``monitor/*`` metrics ({} for a row without any watched input)."""
+        held, out = self._conditions(row)
+        if not out:
+            return {}  # an eval or end-of-training dict: nothing to watch
+        self.seen += 1
+        for signal, holds in held.items():
+            if holds is not None:  # a missing input leaves the streak as it was
+                self.streaks[signal] = self.streaks[signal] + 1 if holds else 0
+        on = [s for s in self.rule.signals if self.streaks[s] >= self.rule.patience_of(s)]
+        now = bool(on) and self.seen > self.rule.warmup
+        if now and not self.active:  # it turns on: say what was seen then
+            self.reasons = [self._reason(s) for s in on]
+            self.episodes.append([step, None])
+            if not self.fired:
+                self.fired, self.fired_step = True, step
+        elif self.active and not now:
+            self.episodes[-1][1] = step
+        self.active = now
+        out["monitor/stall_streak"] = float(self.streaks["stall"])
+        out["monitor/collapse_warning"] = float(self.active)
         return out
 
-    def message(self) -> str:
-        """The warning: what was seen, what the format reward did, and what to try."""
+    def message(self, step: int | None = None) -> str:
+        """The warning: what was seen at ``step`` (default: where it first turned on), and what to try."""
         seen = "; ".join(self.reasons)
         fmt = ""
         if self.format is not None and self.format_best is not None:
             fmt = f" The format reward ({self.format_key}) is {self.format:.3f} smoothed, best {self.format_best:.3f}."
         return (
-            f"possible policy collapse at step {self.fired_step}: {seen}.{fmt} In the paper (Sec. 4.2) entropy "
-            "rising past ln 2 comes before the format reward breaks. To try: lower the learning rate; with "
-            "GTPO, keep the entropy filter on (entropy_filter auto/always, entropy_threshold ln 2) and raise "
-            "entropy_gamma (γ, default 0.1); with GRPO, switch to algorithm gtpo or add the entropy terms."
+            f"possible policy collapse at step {self.fired_step if step is None else step}: {seen}.{fmt} To try: "
+            "lower the learning rate; for a stall under GTPO, conflict_guard true (docs/study-gtpo-vs-grpo.md, "
+            "the stall guard); with GTPO keep the entropy filter on and raise entropy_gamma (γ, default 0.1); "
+            "with GRPO, switch to algorithm gtpo or add the entropy terms. The warning clears when the "
+            "condition ends (docs/inspect.md)."
         )
+
+    def cleared_message(self, step: int | None) -> str:
+        """The line logged when the warning turns off again."""
+        return f"collapse warning cleared at step {step}: no watched signal holds any more"
 
 
 class CollapseWarningCallback(TrainerCallback):
-    """Warn once (and optionally save or stop) when the logged metrics show the start of a policy collapse.
+    """Warn (and optionally save or stop) when the logged metrics show a run running away or stalling.
 
-    Reads only ``logs`` in ``on_log``: TRL's ``entropy`` (or ``gtpo/mean_entropy``), the reward named by
-    ``format_key`` and, under GTPO, ``gtpo/filtered_frac``. Adds ``monitor/*`` metrics to the same dict,
-    so callbacks after it (and the trackers, when it is first in the list: :meth:`attach`) log them.
+    Reads only ``logs`` in ``on_log``: ``completions/clipped_ratio``, the reward named by ``format_key`` and, when
+    their signals are watched, TRL's ``entropy`` (or ``gtpo/mean_entropy``) and ``gtpo/filtered_frac``. Adds
+    ``monitor/*`` metrics to the same dict, so callbacks after it (and the trackers, when it is first in the list:
+    :meth:`attach`) log them.
 
-    ``action``: ``"warn"`` logs a warning; ``"save"`` also sets ``control.should_save`` (a checkpoint
-    from before the collapse); ``"stop"`` also sets ``control.should_training_stop``; ``"off"`` does
-    nothing at all.
+    ``action``: ``"warn"`` logs a warning each time the flag turns on, and a line when it clears; ``"save"`` also
+    sets ``control.should_save`` when it turns on (a checkpoint from before that stretch); ``"stop"`` also sets
+    ``control.should_training_stop``; ``"off"`` does nothing at all.
     """
 
     def __init__(self, action: str = "warn", format_key: str = DEFAULT_FORMAT_KEY, rule: CollapseRule | None = None):
@@ -197,13 +269,15 @@ class CollapseWarningCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.action == "off" or not logs:
             return
-        was_fired = self.monitor.fired
+        was_active = self.monitor.active
         logs.update(self.monitor.update(logs, step=state.global_step))
-        if self.monitor.fired and not was_fired:
+        if self.monitor.active and not was_active:
             if state.is_world_process_zero:
-                logger.warning("%s", self.monitor.message())
+                logger.warning("%s", self.monitor.message(state.global_step))
             if self.action == "save":
-                control.should_save = True
+                control.should_save = True  # each time it turns on: the weights from before that stretch
             elif self.action == "stop":
                 control.should_save = True  # keep the last pre-collapse weights
                 control.should_training_stop = True
+        elif was_active and not self.monitor.active and state.is_world_process_zero:
+            logger.warning("%s", self.monitor.cleared_message(state.global_step))
