@@ -11,6 +11,7 @@ committed run files alone; and the power figures the pre-registrations quote.
     .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
     .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
     .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
+    .venv/bin/python scripts/analyze_preregistered.py g studies/smollm2-two-step-g          # study G: two-step task
     .venv/bin/python scripts/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
     .venv/bin/python scripts/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
@@ -223,11 +224,11 @@ def _finished_steps(run: Path) -> dict[int, dict] | None:
     return _steps(run / "metrics.jsonl")
 
 
-def _finished_rows(run: Path) -> list[dict] | None:
+def _finished_rows(run: Path, max_steps: int = MAX_STEPS) -> list[dict] | None:
     """A finished run's logged steps in order (the last record of each); None for a run that is not finished with
-    40 steps."""
+    ``max_steps`` steps (40 in studies A-F)."""
     steps = _finished_steps(run)
-    if steps is None or sorted(steps)[-1:] != [MAX_STEPS]:
+    if steps is None or sorted(steps)[-1:] != [max_steps]:
         return None
     return [steps[s] for s in sorted(steps)]
 
@@ -237,9 +238,10 @@ def _ran_away(rows: list[dict]) -> bool:
     return sum(row["completions/clipped_ratio"] >= RUNAWAY_CLIPPED for row in last) >= RUNAWAY_STEPS
 
 
-def runaway(run: Path) -> bool | None:
-    """Whether a finished run ran away (module docstring); None for a run that is not finished with 40 steps."""
-    rows = _finished_rows(run)
+def runaway(run: Path, max_steps: int = MAX_STEPS) -> bool | None:
+    """Whether a finished run ran away (module docstring); None for a run that is not finished with ``max_steps``
+    steps."""
+    rows = _finished_rows(run, max_steps)
     return None if rows is None else _ran_away(rows)
 
 
@@ -325,10 +327,21 @@ def runs_table(study: Path) -> list[str]:
     return lines
 
 
+def _eval_folder(run: Path) -> Path | None:
+    """The run's held-out evaluation folder ``eval/<task>/`` (``synthetic`` in studies A-F, ``two-step`` in G): the
+    one task folder with a results.json; None while there is none. A run evaluated on two tasks is refused: which one
+    is the study's outcome would be a guess."""
+    found = sorted(path.parent for path in run.glob("eval/*/results.json"))
+    if len(found) > 1:
+        raise SystemExit(f"{run}: held-out results of several tasks ({', '.join(p.name for p in found)}); expected one")
+    return found[0] if found else None
+
+
 def _eval_results(run: Path) -> dict:
-    """The run's held-out ``eval/synthetic/results.json``; {} while it is missing or unreadable (not evaluated yet)."""
+    """The run's held-out ``eval/<task>/results.json``; {} while it is missing or unreadable (not evaluated yet)."""
+    folder = _eval_folder(run)
     try:
-        return json.loads((run / "eval" / "synthetic" / "results.json").read_text())
+        return json.loads((folder / "results.json").read_text()) if folder else {}
     except (OSError, ValueError):
         return {}
 
@@ -628,6 +641,106 @@ def study_f_first_group_subgroups(study: Path) -> dict:
     return out
 
 
+G_ARMS = ("gtpo", "grpo")  # study G (issue 48): GTPO as the two-step recipe ships against GRPO
+G_PAIRS = 20
+G_STEPS = 40
+G_FIRST_STEP = "share of negatives, %"  # two_step_spans.run_counts: negatives whose forward span holds a right step
+
+
+def _two_step_spans():
+    """scripts/two_step_spans.py as a module (scripts/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "scripts" / "two_step_spans.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def heldout_first_step(run: Path) -> float | None:
+    """Study G's secondary: the share (%) of a run's held-out samples (``eval/two-step/samples.jsonl``) whose first
+    equation is the question's first step computed right (`gtpo.tasks.two_step.first_step_correct`); the question is
+    rebuilt from the problem id (``two-step/test/9+8-3``). None while the run has no held-out samples."""
+    import re
+
+    from gtpo.tasks.two_step import first_step_correct
+
+    folder = _eval_folder(run)
+    if folder is None or not (folder / "samples.jsonl").is_file():
+        return None
+    right = total = 0
+    for line in (folder / "samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        a, op1, b, op2, c = re.fullmatch(r".*/(\d+)([+-])(\d+)([+-])(\d+)", sample["problem_id"]).groups()
+        right += first_step_correct(sample["text"], f"What is {a} {op1} {b} {op2} {c}?")
+        total += 1
+    return 100 * right / total if total else None
+
+
+def _per_arm_and_paired(values: dict[str, dict[int, float]], arms: tuple[str, str]) -> dict:
+    """Per arm the mean with its 95 % t-interval, and the paired arms[0] - arms[1] difference, over the seeds where
+    both arms have a value."""
+    first, second = arms
+    seeds = sorted(set(values[first]) & set(values[second]))
+    result = {"seeds": seeds}
+    if seeds:
+        for arm in arms:
+            result[arm] = mean_interval([values[arm][s] for s in seeds]).as_dict()
+        result[f"{first} - {second}"] = mean_interval([values[first][s] - values[second][s] for s in seeds]).as_dict()
+    return result
+
+
+def study_g(study: Path, arms: tuple[str, str] = G_ARMS, max_steps: int = G_STEPS) -> dict:
+    """Study G, as its PREREGISTRATION.md registers it: the primary outcome (study D's computation: the paired gtpo -
+    grpo held-out pass@1 difference with its 95 % t-interval, two-sided) and the registered secondaries: the share of
+    negative completions whose forward span holds a correct first step (per run over its completion record, per arm
+    and paired); E's stall rule (steps 1-15) and C's runaway rule (the last 10 of ``max_steps`` steps) per arm with
+    McNemar's exact p in each direction, descriptive; held-out length and cut share (``heldout``); and the held-out
+    share of samples with a correct first step (per arm and paired)."""
+    first, second = arms
+    result = study_d(study, arms)
+    spans = _two_step_spans()
+    shares = {arm: {} for arm in arms}
+    first_steps = {arm: {} for arm in arms}
+    ran_away = {arm: {} for arm in arms}
+    for arm in arms:
+        for seed in _seeds(study, arm):
+            run = study / "runs" / arm / f"seed{seed}"
+            if not _finished(run):
+                continue
+            share = spans.run_counts(run)[G_FIRST_STEP] if (run / "completions").is_dir() else None
+            if share is not None:
+                shares[arm][seed] = share
+            if (value := heldout_first_step(run)) is not None:
+                first_steps[arm][seed] = value
+            if (away := runaway(run, max_steps)) is not None:
+                ran_away[arm][seed] = away
+    result["secondary_protected_first_step"] = _per_arm_and_paired(shares, arms)
+    stall = study_e(study, arms)
+    only = stall["discordant"]
+    b, c = (len(only[f"{arm} only"]) for arm in arms)
+    result["secondary_stall"] = {
+        "pairs": stall["pairs"],
+        "stalled": stall["stalled"],
+        "discordant": only,
+        "first_group_without_full_format": stall["first_group_without_full_format"],
+        f"p_one_sided_{first}_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
+        f"p_one_sided_{second}_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
+    }
+    pairs = sorted(set(ran_away[first]) & set(ran_away[second]))
+    b = sum(ran_away[first][s] and not ran_away[second][s] for s in pairs)
+    c = sum(ran_away[second][s] and not ran_away[first][s] for s in pairs)
+    result["secondary_runaway"] = {
+        "pairs": len(pairs),
+        "ran_away": {arm: sorted(s for s in pairs if ran_away[arm][s]) for arm in arms},
+        f"p_one_sided_{first}_runs_away_more": mcnemar_exact(b, c) if pairs else None,
+        f"p_one_sided_{second}_runs_away_more": mcnemar_exact(c, b) if pairs else None,
+    }
+    result["secondary_heldout"] = heldout(study, arms)
+    result["secondary_heldout_first_step"] = _per_arm_and_paired(first_steps, arms)
+    return result
+
+
 E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
 E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
 
@@ -667,7 +780,8 @@ def power_table() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", choices=("c", "d", "e", "f", "power", "runs", "seeds", "heldout", "e-secondary", "f-subgroups")
+        "what",
+        choices=("c", "d", "e", "f", "g", "power", "runs", "seeds", "heldout", "e-secondary", "f-subgroups"),
     )
     parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
     parser.add_argument(
@@ -691,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     if arms:  # e or heldout on two other arms
         print(json.dumps((study_e if args.what == "e" else heldout)(args.study, arms), indent=2))
         return 0
-    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "heldout": heldout,
+    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "g": study_g, "heldout": heldout,
               "e-secondary": study_e_registered_secondary, "f-subgroups": study_f_first_group_subgroups}[args.what](
         args.study
     )  # fmt: skip

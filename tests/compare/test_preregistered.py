@@ -454,3 +454,78 @@ def test_span_lambda_shares_tell_the_guard_from_eq5_on_the_committed_screen():
     assert plain["steps"] == guard["steps"] == 15
     assert plain["λ 0 %"] + plain["λ 2 %"] == pytest.approx(100.0) and plain["positive λ 0 %"] == 0.0
     assert guard["λ 2 %"] == 0.0 and 0.0 < guard["positive λ 0 %"] < 100.0
+
+
+def _two_step_run(study: Path, arm: str, seed: int, pass1: float, samples: list[str], negatives: list[bool],
+                  formats: list[float], clipped: float = 0.0) -> None:  # fmt: skip
+    """A finished study-G run: 40 logged steps (format means ``formats`` then 10, clipped share ``clipped``), a held-out
+    eval/two-step/ with ``samples`` answering problem 9+8-3, and a one-step completion record of four negatives, the
+    first ``sum(negatives)`` of which have a forward span holding the right first step "9 + 8 = 17"."""
+    run = study / "runs" / arm / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    formats = formats + [10.0] * (40 - len(formats))
+    rows = [
+        {"step": t, "completions/clipped_ratio": clipped, "rewards/format_reward/mean": f, "reward": f,
+         "completions/mean_length": 40.0}
+        for t, f in enumerate(formats, start=1)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held_out = run / "eval" / "two-step"
+    held_out.mkdir(parents=True)
+    (held_out / "results.json").write_text(json.dumps({"pass@k": {"1": pass1}}))
+    lines = [json.dumps({"problem_id": "two-step/test/9+8-3", "text": text}) for text in samples]
+    (held_out / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    import pandas as pd
+
+    tokens = ["<reasoning>\n", "9", " +", " 8", " =", " 1", "7", ".", " 17 - 3 = 15."]
+    prompt = [{"role": "user", "content": "What is 9 + 8 - 3?"}]
+    (run / "completions").mkdir()
+    pd.DataFrame(
+        {
+            "prompt": [prompt] * 4,
+            "completion_tokens": [tokens] * 4,
+            "forward_span": [7 if held else 2 for held in negatives],
+            "advantage": [-1.0] * 4,
+        }
+    ).to_parquet(run / "completions" / "completions_00001.parquet")
+
+
+def test_study_g_primary_and_its_registered_secondaries_on_a_hand_built_study(tmp_path):
+    """Study G (issue 48): primary as study D's on arms gtpo and grpo, read from eval/two-step/. Hand-derived: pass@1
+    differences +4 and -2 points: mean 1, s = sqrt(18), half-width t_{0.975,1} 12.706 * s / sqrt(2) = 38.12.
+    Protected first step: gtpo holds it in 3 and 1 of 4 negatives (75 %, 25 %), grpo in 2 and 2 (50 %, 50 %): paired
+    +25 and -25, mean 0. Held-out first step: gtpo 1 of 2 samples right at both seeds (50 %), grpo 2 of 2 and 0 of 2.
+    Stall (no format mean >= 1.25 in steps 1-15): grpo at seed 401 only; runaway (>= 0.5 clipped at 6 of the last
+    10 of 40 steps): gtpo at seed 400 only, McNemar P(B >= 1) = 0.5 for one discordant pair."""
+    right, wrong = "<reasoning>\n9 + 8 = 17. 17 - 3 = 14.", "<reasoning>\n9 + 8 = 16. 16 - 3 = 13."
+    study = tmp_path / "g"
+    _two_step_run(study, "gtpo", 400, 0.44, [right, wrong], [True, True, True, False], [10.0], clipped=0.6)
+    _two_step_run(study, "grpo", 400, 0.40, [right, right], [True, True, False, False], [10.0])
+    _two_step_run(study, "gtpo", 401, 0.38, [wrong, right], [True, False, False, False], [10.0])
+    _two_step_run(study, "grpo", 401, 0.40, [wrong, wrong], [True, True, False, False], [1.0] * 15)
+    result = analysis.study_g(study)
+    half = 12.706 * math.sqrt(18) / math.sqrt(2)
+    assert result["seeds"] == [400, 401] and result["mean"] == pytest.approx(1.0)
+    assert (result["low"], result["high"]) == (pytest.approx(1 - half, abs=1e-2), pytest.approx(1 + half, abs=1e-2))
+    protected = result["secondary_protected_first_step"]
+    assert protected["gtpo"]["mean"] == pytest.approx(50.0) and protected["grpo"]["mean"] == pytest.approx(50.0)
+    assert protected["gtpo - grpo"]["mean"] == pytest.approx(0.0)
+    first = result["secondary_heldout_first_step"]
+    assert first["gtpo"]["mean"] == pytest.approx(50.0) and first["grpo"]["mean"] == pytest.approx(50.0)
+    assert first["seeds"] == [400, 401]
+    assert result["secondary_stall"]["stalled"] == {"gtpo": [], "grpo": [401]}
+    assert result["secondary_stall"]["p_one_sided_grpo_stalls_more"] == pytest.approx(0.5)
+    assert result["secondary_runaway"]["ran_away"] == {"gtpo": [400], "grpo": []}
+    assert result["secondary_runaway"]["p_one_sided_gtpo_runs_away_more"] == pytest.approx(0.5)
+    assert result["secondary_runaway"]["p_one_sided_grpo_runs_away_more"] == pytest.approx(1.0)
+
+
+def test_a_run_evaluated_on_two_tasks_is_refused(tmp_path):
+    """Which task's results are a study's outcome must not be guessed: eval/ with two task folders is an error."""
+    run = tmp_path / "run"
+    for task in ("synthetic", "two-step"):
+        (run / "eval" / task).mkdir(parents=True)
+        (run / "eval" / task / "results.json").write_text("{}")
+    with pytest.raises(SystemExit, match="several tasks"):
+        analysis.pass_at_1(run)
