@@ -35,7 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from gtpo import core
-from gtpo.trainer import generation, loss_options, shared_prefix, untempered
+from gtpo.trainer import generation, launch_checks, loss_options, shared_prefix, untempered
 from gtpo.trainer import initial_entropy as entropy_init
 from gtpo.trainer.completion_record import CompletionRecorder
 from gtpo.trainer.config import GTPOConfig
@@ -125,6 +125,7 @@ class GTPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
+        launch_checks.warn_if_unsharded(self.accelerator)  # a sharded config that runs unsharded, said once
         # After TRL's own checks (a missing train_dataset is TRL's error first, with TRL's message).
         if args.needs_initial_entropy and args.initial_entropy is None and is_empty(train_dataset):
             raise ValueError(
