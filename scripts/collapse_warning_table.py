@@ -303,7 +303,8 @@ def _episodes_text(episodes: list[list[int | None]]) -> str:
     """``quiet``, or ``warned`` and each stretch the warning was on (``5–9``, ``31–end``)."""
     if not episodes:
         return "quiet"
-    return "warned " + ", ".join(f"{a}" + ("–end" if b is None else f"–{b - 1}" if b - 1 > a else "") for a, b in episodes)
+    spans = [f"{a}" + ("–end" if b is None else f"–{b - 1}" if b - 1 > a else "") for a, b in episodes]
+    return "warned " + ", ".join(spans)
 
 
 def run_line(r: RunResult) -> str:
