@@ -13,11 +13,17 @@
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47).
+#   Not in the default run, named in GPU_CHECKS: `fsdp`, `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
+#      on one GPU under configs/accelerate/fsdp.yaml (FSDP2), zero2.yaml, zero3.yaml, on replayed completions, against
+#      the unsharded run: loss, gradient norm and GTPO's metrics per step and the reloaded saved model, within the
+#      tolerance tests/scripts/sharded_worker.py states (float32); 3 minutes each at most (timeout 180). DeepSpeed is
+#      installed from .whl/ when missing (a wheel without compiled ops; docs/recipes.md says how to build it).
 # Time: about 9 minutes for these groups on an H100, an estimate from the logged runs (docs/performance.md, "GPU
 # checks"); status.txt records each step's seconds, so a run measures it. Over 10 minutes, run it in two calls.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
 #   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
+#   GPU_CHECKS="fsdp zero2 zero3" bash scripts/gpu_checks.sh   # the sharded checks (with .whl/ on the machine)
 # Every figure it prints carries the device's name; compare arms only within one run.
 set -u
 log_dir=${1:-.gpu-checks}
@@ -91,6 +97,12 @@ EOF_CHECK
 want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128
 want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --sampler multinomial --reps 2
+# 6. Sharded training on one GPU (opt-in groups fsdp, zero2, zero3): reference, sharded run, comparison.
+for sharded in fsdp zero2 zero3; do
+    want $sharded && rm -rf "${log_dir:?}/$sharded"
+    want $sharded && step "$sharded" timeout 180 "$python" tests/scripts/sharded_worker.py check "$sharded" \
+        "$log_dir/$sharded"
+done
 
 echo "== summary"
 cat "$log_dir/versions.log"
@@ -102,4 +114,7 @@ for name in head-logprob head-differentiable head-16k step-t07 qwen-t07 qwen-t1 
 done
 want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
 want decode && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-graph*.log
+for sharded in fsdp zero2 zero3; do
+    want $sharded && grep -h -E "^(DistributedType|step [0-9]|reloaded|sharded check|  )" "$log_dir/$sharded.log"
+done
 cat "$log_dir/status.txt"

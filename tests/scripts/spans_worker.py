@@ -1,12 +1,18 @@
 """One GTPO step on fixed completions, recording what each rank computed for each row of the batch.
 
-Run by tests/test_trainer_distributed.py, either as one process:
+Run by tests/trainer/test_trainer_distributed.py, either as one process:
 
     python spans_worker.py OUT --per-device 6
 
-or as two (gloo on CPU), with the same global batch split over the ranks:
+or as two (gloo on CPU: GTPOConfig(use_cpu=True); `--cpu` would make accelerate start one process), with the same
+global batch split over the ranks:
 
-    accelerate launch --cpu --num_processes 2 spans_worker.py OUT --per-device 3
+    accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2 spans_worker.py OUT --per-device 3
+
+or as two machines on one host, one launch per machine (R = 0 and 1):
+
+    accelerate launch --config_file configs/accelerate/multi_node_ddp.yaml --num_processes 2 --machine_rank R \
+        spans_worker.py OUT --per-device 3
 
 Each rank writes OUT/rank<r>.json: for every row of its part of the generation batch (before TRL
 shuffles it), the global row index, prompt, completion ids, advantage, forward/backward spans and
