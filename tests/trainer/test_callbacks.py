@@ -240,7 +240,7 @@ def test_stop_action_ends_a_real_trl_and_gtpo_run_and_trackers_see_monitor_keys(
     )
     # A rule that fires on the first log: the random tiny model's entropy (~6 nats) is above 0.
     CollapseWarningCallback(
-        action="stop", rule=CollapseRule(entropy_threshold=0.0, entropy_rise=-1.0, patience=1)
+        action="stop", rule=CollapseRule(signals=("entropy",), entropy_threshold=0.0, entropy_rise=-1.0, patience=1)
     ).attach(trainer)
     trainer.train()
     assert trainer.state.global_step == 1  # stopped at the warning, not at max_steps=3
