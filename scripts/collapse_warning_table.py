@@ -313,13 +313,29 @@ def run_line(r: RunResult) -> str:
     return f"{r.run}: {r.steps} steps; {_episodes_text(r.episodes)} [{fired}]; {failures}; {r.verdict}"
 
 
+def margins(rows: list[dict], rule: CollapseRule) -> str:
+    """How close a run came to each default signal: the peak smoothed clipped share, the longest stretch without a
+    full-format completion, and the peak smoothed fall of the format reward below its best, against the rule."""
+    monitor, clipped, stall, fall = CollapseMonitor(rule=rule), 0.0, 0, 0.0
+    for row in rows:
+        out = monitor.update(row, step=row["step"])
+        clipped = max(clipped, out.get("monitor/clipped_ema", 0.0))
+        stall = max(stall, int(out.get("monitor/stall_streak", 0)))
+        if monitor.format_best:
+            fall = max(fall, out["monitor/format_drop"] / monitor.format_best)
+    return (
+        f"peaks: clipped {clipped:.2f} of {rule.clipped_threshold:g}, no full format {stall} of "
+        f"{rule.stall_patience} logs, format fall {100 * fall:.0f} % of {100 * rule.format_drop:.0f} %"
+    )
+
+
 def default_run_lines(rule: CollapseRule) -> list[str]:
-    """The offline default run's committed twins: where the rule would warn on each."""
+    """The offline default run's committed twins: where the rule would warn on each, and how close it came."""
     lines = []
     for folder in DEFAULT_RUNS:
         rows = step_rows(ROOT / folder / "metrics.jsonl")
         monitor = replay(rows, rule)
-        lines.append(f"{folder}: {len(rows)} steps; {_episodes_text(monitor.episodes)}")
+        lines.append(f"{folder}: {len(rows)} steps; {_episodes_text(monitor.episodes)} ({margins(rows, rule)})")
     return lines
 
 
