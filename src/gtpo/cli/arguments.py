@@ -98,8 +98,8 @@ class TrainScriptArguments(TaskArguments):
     collapse_warning: str = field(
         default="warn",
         metadata={
-            "help": "Collapse early warning (gtpo.trainer.callbacks, docs/inspect.md): off, warn, save (also "
-            "checkpoint) or stop (also end training).",
+            "help": "Collapse early warning (gtpo.trainer.callbacks, docs/inspect.md): off, warn (each time it "
+            "turns on; it clears when the condition ends), save (also checkpoint) or stop (also end training).",
             "choices": ["off", "warn", "save", "stop"],
         },
     )
