@@ -23,6 +23,8 @@ tokens to `decode`'s for the same seeds, also through a stand-in that runs each 
 from __future__ import annotations
 
 import functools
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
@@ -112,19 +114,30 @@ class CudaGraph:
         return self.output
 
 
+# What records a decoding step on each device type (``recorder(forward) -> replay``): a CUDA graph on CUDA, nothing
+# (eager steps) elsewhere. The CPU tests put a stand-in here to run the graph path's selection and reuse on a CPU.
+RECORDERS: dict[str, Callable] = {"cuda": CudaGraph}
+
+
+def graph_recorder(device: torch.device) -> Callable | None:
+    """The recorder of :data:`RECORDERS` for ``device``'s type, or None where steps run eagerly (a CPU)."""
+    return RECORDERS.get(torch.device(device).type)
+
+
 class _Step:
     """One decoding step with fixed shapes, fed through buffers rewritten in place; from the third step on, run
     through ``recorder(forward)`` (a :class:`CudaGraph` on CUDA) when one is given, else eagerly."""
 
     def __init__(self, model, cache, mask: torch.Tensor, recorder):
         rows, device = mask.shape[0], mask.device
-        self.model, self.cache, self.mask = model, cache, mask
+        # The model weakly: the kept steps of :func:`_buffers_for` must not keep their model alive.
+        self.model_ref, self.cache, self.mask = weakref.ref(model), cache, mask
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.recorder, self.recorded, self.calls = recorder, None, 0
 
     def forward(self) -> torch.Tensor:
-        out = self.model(
+        out = self.model_ref()(
             input_ids=self.tokens, attention_mask=self.mask, position_ids=self.positions, past_key_values=self.cache,
             use_cache=True, logits_to_keep=1,
         )  # fmt: skip
@@ -137,6 +150,66 @@ class _Step:
         if self.recorded is None:
             self.recorded = self.recorder(self.forward)
         return self.recorded().float()
+
+
+# How many shapes' buffers and captured graphs each model keeps (the least recently used goes first): each holds a
+# key/value cache of the full length, so a training run whose padded prompt length changes from batch to batch keeps
+# only the last few.
+KEPT_SHAPES = 2
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> OrderedDict(key -> _Buffers)
+
+
+class _Buffers:
+    """What one shape's decoding reuses from call to call: the cache of the full length, its write position, the
+    full-width mask and the step (with its recorded graph, which reads exactly these tensors)."""
+
+    def __init__(self, model, batch: int, width: int, device: torch.device, recorder):
+        self.position = torch.zeros((), dtype=torch.long, device=device)  # where the next keys and values are written
+        self.cache = fixed_cache(model, width, self.position)
+        self.mask = torch.zeros(batch, width, dtype=torch.long, device=device)  # full width: shapes never change
+        self.step = _Step(model, self.cache, self.mask, recorder)
+
+    def reset(self) -> None:
+        """Back to the state of fresh buffers (zeros), in place: a recorded graph keeps reading the same memory."""
+        self.position.zero_()
+        self.mask.zero_()
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys.zero_()
+                layer.values.zero_()
+
+
+def _reuse_key(model, batch: int, length: int, width: int, recorder) -> tuple:
+    """What a kept graph depends on: the shapes, the recorder, autocast, and the memory of every weight and buffer it
+    reads (a graph replays reads of fixed addresses: `gtpo.sampling.merged_lora` gives merged weights new tensors, so
+    a LoRA policy's graph is kept only while its merged weights land at the same addresses)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    weights = tuple((t.data_ptr(), t.dtype) for t in tensors)
+    return (batch, length, width, recorder, torch.is_autocast_enabled(), weights)
+
+
+def _buffers_for(model, batch: int, length: int, width: int, device: torch.device, recorder) -> _Buffers:
+    """The kept buffers (and graph) of this shape, reset, or new ones (kept when a recorder is given: eager steps
+    have nothing worth keeping)."""
+    if recorder is None:
+        return _Buffers(model, batch, width, device, None)
+    kept = _kept.setdefault(model, OrderedDict())
+    key = _reuse_key(model, batch, length, width, recorder)
+    if key in kept:
+        kept.move_to_end(key)
+        buffers = kept[key]
+        buffers.reset()
+        return buffers
+    buffers = _Buffers(model, batch, width, device, recorder)
+    kept[key] = buffers
+    while len(kept) > KEPT_SHAPES:
+        kept.popitem(last=False)
+    return buffers
+
+
+def forget_graphs(model) -> None:
+    """Drop the buffers and graphs kept for ``model`` (their memory is freed once nothing else holds them)."""
+    _kept.pop(model, None)
 
 
 @torch.no_grad()
@@ -158,10 +231,13 @@ def decode_static(
     Args:
         model, prompts, choose, max_new_tokens, eos_token_ids, pad_token_id, processors, pad_to_multiple_of, stats:
             as `gtpo.sampling.decode`.
-        use_graph: on CUDA, replay each step from the third on as a CUDA graph (:class:`CudaGraph`); elsewhere
-            ignored.
-        recorder: what records a step (``recorder(forward) -> replay``) in place of :class:`CudaGraph`, on any
-            device (the CPU tests pass a stand-in that runs the step twice, as warm-up and capture do).
+        use_graph: record each step from the third on with the device's recorder (:func:`graph_recorder`: a
+            :class:`CudaGraph` on CUDA, none on a CPU) and replay it; False: every step eager.
+        recorder: what records a step (``recorder(forward) -> replay``) in place of the device's, on any device
+            (the CPU tests pass a stand-in that runs the step twice, as warm-up and capture do). A recorded step is
+            kept with its buffers for the next call of the same shape (batch, padded prompt length, width) on the
+            same weights, which replays it from its first step without recording anew (:data:`KEPT_SHAPES` shapes
+            a model).
 
     Returns:
         B lists of token ids, each up to and including its first EOS, or ``max_new_tokens`` tokens.
@@ -174,13 +250,13 @@ def decode_static(
     ids, prompt_mask = ids.to(device), prompt_mask.to(device)
     length = ids.shape[1]
     width = length + max_new_tokens
-    position = torch.zeros((), dtype=torch.long, device=device)  # where the next keys and values are written
-    cache = fixed_cache(model, width, position)
-    if recorder is None and use_graph and device.type == "cuda":
-        recorder = CudaGraph
-    mask = torch.zeros(batch, width, dtype=torch.long, device=device)  # full width: a graph's shapes never change
+    if not use_graph:
+        recorder = None
+    elif recorder is None:
+        recorder = graph_recorder(device)
+    buffers = _buffers_for(model, batch, length, width, device, recorder)
+    position, cache, mask, step = buffers.position, buffers.cache, buffers.mask, buffers.step
     mask[:, :length] = prompt_mask
-    step = _Step(model, cache, mask, recorder)
     positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)  # `generate`'s under left padding
     out = model(
         input_ids=ids, attention_mask=prompt_mask, position_ids=positions, past_key_values=cache, use_cache=True,

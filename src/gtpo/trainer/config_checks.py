@@ -20,6 +20,44 @@ ENTROPY_TEMPERATURES = ("model", "sampling")
 LOGPROB_TEMPERATURES = ("sampling", "model")
 
 
+# GTPOConfig's own fields (those GRPOConfig lacks) that act with algorithm='grpo' too; every other one of its own
+# fields is GTPO's objective and is ignored by a GRPO run (:func:`ignored_with_grpo`).
+BOTH_ALGORITHMS = frozenset(
+    {
+        "algorithm",
+        "authors_code",  # also sets TRL's temperature and scale_rewards
+        "use_prefix_sharing",
+        "fast_generation",
+        "cuda_graph_generation",
+        "log_completions_max_groups",
+        "print_completions",
+    }
+)
+
+
+def gtpo_only_fields(config_class) -> list:
+    """The dataclass fields of ``config_class`` (GTPOConfig) that GRPOConfig lacks and only algorithm='gtpo' reads."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    trl_names = {f.name for f in fields(GRPOConfig)}
+    return [f for f in fields(config_class) if f.name not in trl_names and f.name not in BOTH_ALGORITHMS]
+
+
+def ignored_with_grpo(config) -> list[str]:
+    """``name=value`` for each GTPO-only field of ``config`` set away from its default, in declaration order."""
+    from dataclasses import MISSING
+
+    ignored = []
+    for f in gtpo_only_fields(type(config)):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        value = getattr(config, f.name)
+        if value != default:
+            ignored.append(f"{f.name}={value!r}")
+    return ignored
+
+
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"GTPOConfig.{name}={value!r} is not valid; choose one of {list(choices)}.")
@@ -106,7 +144,13 @@ def validate_gtpo(config) -> None:
             "since advantages (Eq. 8) and conflict tokens (Sec. 5.1) are defined within a group."
         )
     if not config.gtpo_enabled:
-        return  # algorithm='grpo': TRL's own options and checks apply unchanged.
+        # algorithm='grpo': TRL's own options and checks apply unchanged; GTPO's own settings cannot act, so say so.
+        if ignored := ignored_with_grpo(config):
+            logger.warning(
+                "algorithm='grpo' ignores GTPO's settings %s (plain GRPO runs); set algorithm='gtpo' to use them.",
+                ", ".join(ignored),
+            )
+        return
 
     if config.beta != 0.0:
         logger.warning(

@@ -17,25 +17,48 @@ Sampling is `generate`'s: the softmax of the processed logits drawn by ``torch.m
 generator (so ``seed`` repeats a run), the argmax when ``do_sample`` is off. The draws differ from `generate`'s
 once a row has ended (fewer rows draw), the distribution does not.
 
-Everything else goes to TRL's own method, with one log line saying why (:func:`fast_generation_blocker`): vLLM,
+Everything else goes to TRL's own method, with one log line saying why (:func:`generation_plan`): vLLM,
 continuous batching, images, tools or environments, DeepSpeed/FSDP (their ranks must decode in lock-step),
-beam search or other decoding modes, stop strings, a processor that is not row-wise, a model without a plain
-key/value cache, or the switch ``fast_generation=False``.
+a model whose ``generate`` is not transformers' own (patched, as TRL's own tests patch it, or overridden; PEFT's
+wrapper is looked through to its base model), beam search or other decoding modes, stop strings, a processor that is
+not row-wise, a model without a plain key/value cache, or the switch ``fast_generation=False``.
+
+On a device with a step recorder (`gtpo.graph_decode.graph_recorder`: CUDA) the fast path decodes with fixed shapes
+and replays each step as a CUDA graph (`gtpo.graph_decode.decode_static`, ``cuda_graph_generation``, on by default),
+where the model's cache allows; the same :func:`generation_plan` decides it.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
+from transformers.generation.utils import GenerationMixin
 
-from gtpo.graph_decode import decode_static, supports_fixed_decode
+from gtpo.graph_decode import decode_static, graph_recorder, supports_fixed_decode
 from gtpo.sampling import ROW_WISE_PROCESSORS, decode, left_pad, merged_lora, multinomial_choice, supports_fast_decode
 
 logger = logging.getLogger(__name__)
 
 # The GTPOConfig field that switches the fast path off (read with getattr until the config declares it).
 SWITCH = "fast_generation"
+
+# transformers' `generate` as defined, captured at import: a later patch of `GenerationMixin.generate` (TRL's own
+# tests patch it with unittest.mock to return chosen completions) is seen by comparing with it.
+TRANSFORMERS_GENERATE = GenerationMixin.generate
+
+
+def _peft_generates() -> tuple:
+    """PEFT's causal-LM wrapper class and its `generate` as defined at import, or (None, None) without PEFT."""
+    try:
+        from peft import PeftModel, PeftModelForCausalLM
+    except ImportError:
+        return None, None
+    return PeftModel, PeftModelForCausalLM.generate
+
+
+PEFT_MODEL, PEFT_GENERATE = _peft_generates()
 
 
 def config_blocker(generation_config, eos_token_ids) -> str | None:
@@ -81,8 +104,59 @@ def processors_for(model, generation_config, prompt_ids: torch.Tensor, attention
     return config, processors, (f"logits processors {odd} are not row-wise" if odd else None)
 
 
+def generate_blocker(model) -> str | None:
+    """None when the ``generate`` TRL's transformers branch would call on ``model`` is transformers'
+    `GenerationMixin.generate` as defined (through PEFT's `PeftModelForCausalLM.generate`, which calls its base
+    model's), else why not (one line): the fast path replaces that very call, so it may only replace the original."""
+    if PEFT_MODEL is not None and isinstance(model, PEFT_MODEL):
+        if "generate" in vars(model) or getattr(type(model), "generate", None) is not PEFT_GENERATE:
+            return f"{type(model).__name__}.generate is not PEFT's own (patched or overridden)"
+        model = model.get_base_model()
+    if "generate" in vars(model):
+        return f"{type(model).__name__}.generate is patched on the instance"
+    if getattr(type(model), "generate", None) is not TRANSFORMERS_GENERATE:
+        return f"{type(model).__name__}.generate is not transformers' GenerationMixin.generate (patched or overridden)"
+    return None
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """How one batch is generated. ``trl_reason``: why TRL's own method generates (None: the fast path).
+    ``recorder``: what records the fast path's fixed-shape steps (`gtpo.graph_decode.decode_static`), or None for
+    `gtpo.sampling.decode`. ``graph_note``: why graphs were wanted and not used (logged once), or None."""
+
+    trl_reason: str | None
+    recorder: object = None
+    graph_note: str | None = None
+
+
+def generation_plan(trainer, images=None, multimodal_fields=None, has_tool_images=False) -> GenerationPlan:
+    """The one decision of how ``trainer`` generates a batch: TRL's path (and why), or the fast path, with CUDA
+    graphs where ``cuda_graph_generation`` is on, the device has a recorder (`gtpo.graph_decode.graph_recorder`:
+    CUDA; a CPU runs `decode`, dropping ended rows) and the model's cache is all full-attention layers."""
+    why = _trl_reason(trainer, images, multimodal_fields, has_tool_images)
+    if why is not None:
+        return GenerationPlan(why)
+    if not getattr(trainer.args, "cuda_graph_generation", True):
+        return GenerationPlan(None)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    recorder = graph_recorder(next(model.parameters()).device)
+    if recorder is None:
+        return GenerationPlan(None)
+    unsupported = supports_fixed_decode(model)
+    if unsupported is not None:
+        return GenerationPlan(None, graph_note=unsupported)
+    return GenerationPlan(None, recorder=recorder)
+
+
 def fast_generation_blocker(trainer, images=None, multimodal_fields=None, has_tool_images=False) -> str | None:
-    """Why ``trainer``'s generation must stay TRL's (one line), or None when the fast path applies."""
+    """Why ``trainer``'s generation must stay TRL's (one line), or None when the fast path applies
+    (:func:`generation_plan`'s ``trl_reason``)."""
+    return generation_plan(trainer, images, multimodal_fields, has_tool_images).trl_reason
+
+
+def _trl_reason(trainer, images, multimodal_fields, has_tool_images) -> str | None:
+    """Why ``trainer``'s generation must stay TRL's (one line), or None."""
     if not getattr(trainer.args, SWITCH, True):
         return f"{SWITCH}=False"
     if trainer.use_vllm:
@@ -96,7 +170,19 @@ def fast_generation_blocker(trainer, images=None, multimodal_fields=None, has_to
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
         return "DeepSpeed/FSDP ranks decode in lock-step"
     model = trainer.accelerator.unwrap_model(trainer.model)
-    return supports_fast_decode(model) or config_blocker(trainer.generation_config, trainer.eos_token_ids)
+    return (
+        generate_blocker(model)
+        or supports_fast_decode(model)
+        or config_blocker(trainer.generation_config, trainer.eos_token_ids)
+    )
+
+
+def _log_once(trainer, message: str) -> None:
+    """Log ``message`` the first time ``trainer`` meets it (each fallback is said once, not at every batch)."""
+    seen = trainer.__dict__.setdefault("_gtpo_generation_fallbacks", set())
+    if message not in seen:
+        seen.add(message)
+        logger.info(message)
 
 
 def generate_single_turn(
@@ -104,20 +190,21 @@ def generate_single_turn(
 ):
     """`GRPOTrainer._generate_single_turn` for ``trainer``: the fast path where it applies, else ``trl_generate``
     (TRL's own method, bound) after one log line per reason. Returns (completion ids, log-probs or None)."""
-    why = fast_generation_blocker(trainer, images, multimodal_fields, has_tool_images)
+    plan = generation_plan(trainer, images, multimodal_fields, has_tool_images)
+    why = plan.trl_reason
     if why is None:
-        completion_ids, why = fast_generate(trainer, prompt_ids)
+        if plan.graph_note is not None:
+            _log_once(trainer, f"generation: cuda_graph_generation ignored ({plan.graph_note})")
+        completion_ids, why = fast_generate(trainer, prompt_ids, plan.recorder)
         if why is None:
             return completion_ids, None
-    seen = trainer.__dict__.setdefault("_gtpo_generation_fallbacks", set())
-    if why not in seen:
-        seen.add(why)
-        logger.info("generation: TRL's path (%s)", why)
+    _log_once(trainer, f"generation: TRL's path ({why})")
     return trl_generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
 
-def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]] | None, str | None]:
-    """TRL's transformers branch through `gtpo.sampling.decode`, in the contexts TRL opens. Returns (completion
+def fast_generate(trainer, prompt_ids: list[list[int]], recorder=None) -> tuple[list[list[int]] | None, str | None]:
+    """TRL's transformers branch through `gtpo.sampling.decode` (or, given a step ``recorder``,
+    `gtpo.graph_decode.decode_static` replaying recorded steps), in the contexts TRL opens. Returns (completion
     ids, None), or (None, why) when the config `generate` would prepare (the model's own generation defaults
     merged in) or one of its processors cannot be used (checked before any compute)."""
     from trl.extras.profiling import profiling_context
@@ -142,24 +229,17 @@ def fast_generate(trainer, prompt_ids: list[list[int]]) -> tuple[list[list[int]]
         why = why or config_blocker(config, trainer.eos_token_ids)  # the model's own defaults merged in
         if why is not None:
             return None, why
-        # GTPOConfig.cuda_graph_generation: fixed shapes replayed as CUDA graphs on a GPU (gtpo.graph_decode); a
-        # model whose static cache is not all full-attention layers keeps `decode`.
-        static = getattr(trainer.args, "cuda_graph_generation", False) and device.type == "cuda"
-        if static and (unsupported := supports_fixed_decode(model)) is not None:
-            static = False
-            seen = trainer.__dict__.setdefault("_gtpo_generation_fallbacks", set())
-            if unsupported not in seen:  # once per reason, as the fallbacks to TRL's path
-                seen.add(unsupported)
-                logger.info("generation: cuda_graph_generation ignored (%s)", unsupported)
+        common = dict(processors=processors, pad_to_multiple_of=trainer.pad_to_multiple_of)
+        if recorder is not None:  # generation_plan chose fixed shapes with recorded steps (CUDA graphs)
+            common["recorder"] = recorder
         with merged_lora(model):
-            completions = (decode_static if static else decode)(
+            completions = (decode_static if recorder is not None else decode)(
                 model,
                 prompt_ids,
                 multinomial_choice(bool(config.do_sample)),
                 int(config.max_new_tokens),
                 trainer.eos_token_ids,
                 pad,
-                processors=processors,
-                pad_to_multiple_of=trainer.pad_to_multiple_of,
+                **common,
             )
     return completions, None
