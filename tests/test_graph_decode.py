@@ -6,6 +6,11 @@ a full-width mask, transformers' StaticCache) must give exactly `decode`'s compl
 with ``drop_finished=False`` (generate's behaviour, every row kept). On the tiny model, float32, CPU; the CUDA
 graph itself is checked on a GPU (gpu-marked test, scripts/gpu_checks.sh); on the CPU a stand-in recorder runs each
 recorded step twice, as the CUDA graph's warm-up and replay do, and the tokens must not change.
+
+Issue 47: a recorded step is kept for the next call of the same shape (nothing captured anew, the same bits) and
+not for other shapes or weights at new addresses; registering the stand-in as the CPU's recorder
+(`gtpo.graph_decode.RECORDERS`) runs the selection of training (`generation_plan`) and of `gtpo eval`'s backend on
+a CPU, whose tokens must equal the eager paths'.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 
 from gtpo.graph_decode import decode_static, supports_fixed_decode
 from gtpo.models import load_model, load_tokenizer
-from gtpo.sampling import DecodeStats, decode, multinomial_choice, per_row_choice
+from gtpo.sampling import DecodeStats, decode, left_pad, multinomial_choice, per_row_choice
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +211,155 @@ def test_cuda_graph_generation_trains_on_cuda(tmp_path, tiny_model_path, monkeyp
     monkeypatch.setattr(generation, "decode_static", counting)
     trainer = _train_two_steps(tmp_path, tiny_model_path, dict(bf16=True))
     assert trainer.state.global_step == 2 and len(calls) >= 2
+
+
+class CountingRunTwice(RunTwice):
+    """:class:`RunTwice` that counts its captures (one per recorded step object)."""
+
+    captures = 0
+
+    def __init__(self, forward):
+        CountingRunTwice.captures += 1
+        super().__init__(forward)
+
+
+def test_a_recorded_step_is_kept_for_the_next_call_of_the_same_shape(model_and_tokenizer):
+    """Issue 47: a second call of the same shape captures nothing new, a different shape captures anew, and every
+    call's tokens and scores equal the eager fixed-shape path's bit for bit (the kept cache is reset in place)."""
+    import gtpo.graph_decode as graph_decode
+
+    model, tokenizer = model_and_tokenizer
+    graph_decode.forget_graphs(model)
+    prompts, seeds = _prompts(tokenizer), list(range(8))
+    common = (32, [tokenizer.eos_token_id], tokenizer.pad_token_id)
+    eager_scores = []
+    eager = decode_static(model, prompts, _recording(seeds, eager_scores), *common, use_graph=False)
+    CountingRunTwice.captures = 0
+    for call in range(3):  # same prompts, fresh per-row generators: the same draws each call
+        scores = []
+        got = decode_static(model, prompts, _recording(seeds, scores), *common, recorder=CountingRunTwice)
+        assert got == eager, f"call {call + 1}"
+        assert all(torch.equal(a, b) for a, b in zip(scores, eager_scores, strict=True))
+        assert CountingRunTwice.captures == 1, f"call {call + 1} captured anew"
+    other = prompts[:4]  # another batch size: another shape
+    got = decode_static(model, other, per_row_choice(seeds[:4]), *common, recorder=CountingRunTwice)
+    assert CountingRunTwice.captures == 2
+    assert got == decode_static(model, other, per_row_choice(seeds[:4]), *common, use_graph=False)
+    graph_decode.forget_graphs(model)
+
+
+def test_kept_graphs_follow_new_weights_at_new_addresses(model_and_tokenizer):
+    """A graph replays reads of fixed addresses: weights given new tensors (as `merged_lora` gives them) must not be
+    read through the old graph. The next call captures anew and computes with the new weights."""
+    import gtpo.graph_decode as graph_decode
+
+    model, tokenizer = model_and_tokenizer
+    graph_decode.forget_graphs(model)
+    prompts, seeds = _prompts(tokenizer), list(range(8))
+    common = (16, [tokenizer.eos_token_id], tokenizer.pad_token_id)
+    CountingRunTwice.captures = 0
+    decode_static(model, prompts, per_row_choice(seeds), *common, recorder=CountingRunTwice)
+    weight = model.lm_head.weight
+    original = weight.data
+    try:
+        with torch.no_grad():
+            weight.data = original * 1.5  # a new tensor, as merged_lora makes
+        got = decode_static(model, prompts, per_row_choice(seeds), *common, recorder=CountingRunTwice)
+        assert CountingRunTwice.captures == 2
+        assert got == decode_static(model, prompts, per_row_choice(seeds), *common, use_graph=False)
+    finally:
+        weight.data = original
+        graph_decode.forget_graphs(model)
+
+
+def test_the_device_seam_selects_the_recorded_path_in_training(tmp_path, tiny_model_path, monkeypatch):
+    """`generation_plan` on a CPU with a recorder registered for it (as CUDA has one): training generates through
+    `decode_static` with that recorder; cuda_graph_generation=False, or no recorder for the device, keeps `decode`.
+    Also the draws: the recorded path's completions equal the eager fixed-shape path's under the same seed."""
+    import gtpo.graph_decode as graph_decode
+    import gtpo.trainer.generation as generation
+
+    sys_path_helpers()
+    from gtpo import GTPOConfig, GTPOTrainer
+    from trainer_helpers import make_dataset, table_reward
+
+    args = GTPOConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4, max_completion_length=12,
+        max_steps=1, report_to=[], save_strategy="no", seed=0, disable_tqdm=True, initial_entropy=1.0, use_cpu=True,
+        bf16=False,
+    )  # fmt: skip
+    assert args.cuda_graph_generation is True  # on by default
+    trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset())
+    assert generation.generation_plan(trainer).recorder is None  # a CPU records nothing
+    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", CountingRunTwice)
+    assert generation.generation_plan(trainer).recorder is CountingRunTwice
+    trainer.args.cuda_graph_generation = False
+    assert generation.generation_plan(trainer).recorder is None
+    trainer.args.cuda_graph_generation = True
+
+    tokenizer = trainer.processing_class
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    calls = []
+    real = generation.decode_static
+    monkeypatch.setattr(generation, "decode_static", lambda *a, **k: calls.append(k.get("recorder")) or real(*a, **k))
+    torch.manual_seed(5)
+    recorded, _ = trainer._generate_single_turn([prompt] * 4, None, {}, 4)
+    assert calls == [CountingRunTwice]
+    monkeypatch.delitem(graph_decode.RECORDERS, "cpu")
+    torch.manual_seed(5)
+    model, multiple = trainer.accelerator.unwrap_model(trainer.model), trainer.pad_to_multiple_of
+    with torch.no_grad():
+        eager = real(
+            model, [prompt] * 4, multinomial_choice(True), 12, trainer.eos_token_ids, tokenizer.pad_token_id,
+            processors=generation.processors_for(
+                model, trainer.generation_config, *left_pad([prompt] * 4, tokenizer.pad_token_id, multiple)
+            )[1],
+            pad_to_multiple_of=multiple, use_graph=False,
+        )  # fmt: skip
+    assert recorded == eager
+
+
+def sys_path_helpers():
+    import sys
+    from pathlib import Path
+
+    path = str(Path(__file__).parent / "scripts")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_evaluation_with_per_row_seeds_gives_the_same_tokens_with_and_without_graphs(
+    monkeypatch, temperature, shared_data
+):
+    """`gtpo eval`'s transformers backend with the graph path (on the CPU stand-in recorder) gives every row the
+    tokens of the eager `decode` path for the same per-row seeds; a model's kept graph serves the second batch."""
+    import gtpo.graph_decode as graph_decode
+    from gtpo.eval.backends import SamplingSettings, TransformersBackend
+
+    plain = TransformersBackend("tiny")
+    assert plain.recorder is None  # a CPU: eager `decode`
+    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", CountingRunTwice)
+    graphs = TransformersBackend("tiny")
+    assert graphs.recorder is CountingRunTwice
+    from gtpo.eval.runner import load_problems
+
+    problems = load_problems("gsm8k", "test", str(shared_data / "gsm8k" / "test.jsonl"), limit=2)
+    prompts = [p.prompt for p in problems for _ in range(4)]
+    seeds = list(range(100, 108))
+    sampling = SamplingSettings(temperature=temperature, max_new_tokens=16)
+    # A token of the first row's completion also ends a completion, so rows end at different steps.
+    first = plain.generate(prompts, seeds, sampling)[0].text
+    stop = plain.tokenizer(first, add_special_tokens=False)["input_ids"][3]
+    for backend in (plain, graphs):
+        backend.eos_ids = [*backend.eos_ids, stop]
+    CountingRunTwice.captures = 0
+    got = [graphs.generate(prompts, seeds, sampling) for _ in range(2)]
+    expected = plain.generate(prompts, seeds, sampling)
+    assert got[0] == expected and got[1] == expected
+    assert CountingRunTwice.captures == 1
+    assert any(not c.truncated for c in expected)
+    if temperature > 0:
+        assert any(c.truncated for c in expected)

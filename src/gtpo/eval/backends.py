@@ -211,11 +211,19 @@ class TransformersBackend(SeededBackend):
     (`per_row_sampler`), so a (problem, sample) gets the same completion in any batch and on either path, on
     the same machine (float rounding of a different batch shape aside: zero on CPU for the tiny model, tested).
     ``stats`` adds up what the fast path computed (`gtpo.sampling.DecodeStats`).
+
+    On CUDA the fast path decodes with fixed shapes and replays each step as a CUDA graph
+    (`gtpo.graph_decode.decode_static`; kept for the next batch of the same shape) where the model's cache is all
+    full-attention layers, else it says why in one log line and keeps `decode`. Each row still draws from its own
+    generator, so the tokens are those of the eager path (tested on a CPU stand-in of the graph). ``graphs=False``
+    keeps `decode` on CUDA too; a CPU never records (`gtpo.graph_decode.graph_recorder`).
     """
 
     name = "transformers"
 
-    def __init__(self, model: str, dtype: str | None = None, device: str | None = None, fast: bool = True):
+    def __init__(
+        self, model: str, dtype: str | None = None, device: str | None = None, fast: bool = True, graphs: bool = True
+    ):
         import torch
 
         from gtpo.models import load_model_and_tokenizer
@@ -239,6 +247,18 @@ class TransformersBackend(SeededBackend):
             logger.info("evaluation: model.generate (%s)", why)
         self.fast = why is None
         self.stats = DecodeStats()
+        self.recorder = self._graph_recorder() if self.fast and graphs else None
+
+    def _graph_recorder(self):
+        """What records the fixed-shape decoding steps on this device (a CUDA graph on CUDA), or None: eager
+        `decode` (a CPU, or a model whose static cache has sliding-window or other non-full-attention layers)."""
+        from gtpo.graph_decode import graph_recorder, supports_fixed_decode
+
+        recorder = graph_recorder(self.device)
+        if recorder is not None and (why := supports_fixed_decode(self.model)) is not None:
+            logger.info("evaluation: CUDA graphs off (%s)", why)
+            return None
+        return recorder
 
     def _generation_config(self, sampling: SamplingSettings):
         from transformers import GenerationConfig
@@ -288,16 +308,16 @@ class TransformersBackend(SeededBackend):
                 finally:
                     ACTIVE_ROWS.reset(token)
 
-        with torch.inference_mode():
-            new_tokens = decode(
-                self.model,
-                ids,
-                choose,
-                sampling.max_new_tokens,
-                self.eos_ids,
-                self.tokenizer.pad_token_id,
-                stats=self.stats,
-            )
+        common = (self.model, ids, choose, sampling.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id)
+        if self.recorder is not None:
+            from gtpo.graph_decode import decode_static
+
+            # no_grad, not inference_mode: the kept cache and graph outlive this call and are written in place.
+            with torch.no_grad():
+                new_tokens = decode_static(*common, stats=self.stats, recorder=self.recorder)
+        else:
+            with torch.inference_mode():
+                new_tokens = decode(*common, stats=self.stats)
         return [self._completion(row) for row in new_tokens]
 
     def _completion(self, ids: list[int]) -> Completion:
