@@ -35,7 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from gtpo import core
-from gtpo.trainer import generation, launch_checks, loss_options, shared_prefix, untempered
+from gtpo.trainer import generation, launch_checks, loss_options, shared_prefix, untempered, vllm_cpu
 from gtpo.trainer import initial_entropy as entropy_init
 from gtpo.trainer.completion_record import CompletionRecorder
 from gtpo.trainer.config import GTPOConfig
@@ -109,6 +109,7 @@ class GTPOTrainer(GRPOTrainer):
         if environment_factory is None:
             require_prompt_column(train_dataset, "train_dataset")
             require_prompt_column(eval_dataset, "eval_dataset")
+        vllm_cpu.keep_engine_weights_loadable(args)  # before TRL builds a colocated engine on vllm-cpu (see there)
         super().__init__(
             model=model,
             reward_funcs=guard_reward_funcs(reward_funcs),
