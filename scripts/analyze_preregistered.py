@@ -644,6 +644,7 @@ def study_f_first_group_subgroups(study: Path) -> dict:
 G_ARMS = ("gtpo", "grpo")  # study G (issue 48): GTPO as the two-step recipe ships against GRPO
 G_PAIRS = 20
 G_STEPS = 40
+G_SEED_SD = 17.64  # the larger SD of the paired pass@1 differences so far: study D's (F's 15.81), G's assumption
 G_FIRST_STEP = "share of negatives, %"  # two_step_spans.run_counts: negatives whose forward span holds a right step
 
 
@@ -774,6 +775,12 @@ def power_table() -> list[str]:
         lines.append(f"  {n} pairs: 80 % power at {detectable_effect(D_SEED_SD, n):.1f} points; power at {powers}")
     half = t_quantile(0.975, F_PAIRS - 1) * D_SEED_SD / math.sqrt(F_PAIRS)
     lines.append(f"  {F_PAIRS} pairs: expected 95 % half-width {half:.1f} points")
+    lines.append(f"Study G: two-sided paired t-test, {G_PAIRS} pairs, alpha 0.05, SD {G_SEED_SD} (study D's, > F's)")
+    for n in (20, 24, 28):  # G registers G_PAIRS of them
+        powers = ", ".join(f"{e:g} pts {paired_t_power(e, G_SEED_SD, n):.3f}" for e in (5, 10))
+        lines.append(f"  {n} pairs: 80 % power at {detectable_effect(G_SEED_SD, n):.1f} points; power at {powers}")
+    half = t_quantile(0.975, G_PAIRS - 1) * G_SEED_SD / math.sqrt(G_PAIRS)
+    lines.append(f"  {G_PAIRS} pairs: expected 95 % half-width {half:.1f} points")
     return lines
 
 

@@ -13,6 +13,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
 #   scripts/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
+#   scripts/run_study.sh smollm2-two-step-g                   # study G (pre-registered): the two-step task
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -23,7 +24,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -145,6 +146,21 @@ case $name in
               --seeds 390 391
               --save-steps 20 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 60 --dtype float32) ;;
+    smollm2-two-step-g)
+        # Study G, pre-registered in studies/smollm2-two-step-g/PREREGISTRATION.md (issue 48): GTPO as the two-step
+        # recipe ships against GRPO, 20 fresh paired seeds, study D's held-out evaluation on the two-step task. The
+        # step count and learning rate are the registration's: the commit that registers G sets them here too (40
+        # steps at the recipe's 2e-4 until the pilot says otherwise). It refuses to start from a draft.
+        if grep -q '^> DRAFT' "$study/PREREGISTRATION.md" 2>/dev/null || [ ! -f "$study/PREREGISTRATION.md" ]; then
+            echo "run_study.sh: $study/PREREGISTRATION.md is a draft or missing: register study G before its first run" >&2
+            exit 2
+        fi
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
+              --seeds 400 401 402 403 404 405 406 407 408 409 410 411 412 413 414 415 416 417 418 419
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac

@@ -1167,3 +1167,79 @@ def test_each_summary_entropy_is_the_metric_the_document_names(study, arm, seeds
 
     assert summary == pytest.approx(mean_of(key)) and summary != pytest.approx(mean_of(other), abs=1e-3)
     assert named in text
+
+
+# ------------------------------------------------------------------------- the two-step task's pilot (issue 48)
+
+PILOT = ROOT / "studies" / "smollm2-two-step-pilot"
+
+
+def _pilot_heldout(folder: Path) -> dict:
+    """A held-out evaluation of the pilot, recomputed from its samples: pass@1 (the share correct, as the estimator is
+    for k = 1), right first steps, and right first steps with a wrong answer, in %; pass@8 / maj@8 from results.json."""
+    import re
+
+    from gtpo.tasks.two_step import first_step_correct
+
+    samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    steps = []
+    for sample in samples:
+        a, op1, b, op2, c = re.fullmatch(r".*/(\d+)([+-])(\d+)([+-])(\d+)", sample["problem_id"]).groups()
+        steps.append(first_step_correct(sample["text"], f"What is {a} {op1} {b} {op2} {c}?"))
+    results = json.loads((folder / "results.json").read_text())
+    n = len(samples)
+    return {
+        "samples": n,
+        "pass@1": 100 * sum(s["correct"] for s in samples) / n,
+        "pass@8": 100 * results["pass@k"]["8"],
+        "maj@8": 100 * results["maj@k"]["8"],
+        "first step": 100 * sum(steps) / n,
+        "first step, wrong answer": 100
+        * sum(st and not s["correct"] for st, s in zip(steps, samples, strict=True))
+        / n,
+        "results pass@1": 100 * results["pass@k"]["1"],
+    }
+
+
+def test_the_pilot_section_quotes_the_committed_pilot_runs():
+    """docs/study-gtpo-vs-grpo.md, "The two-step task and its pilot": the base model's and gtpo/seed390's held-out
+    figures, gtpo/seed390's training figures and its protected-span counts, each recomputed from the committed files
+    (samples.jsonl, results.json, metrics.jsonl, the completion record)."""
+    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    base = _pilot_heldout(PILOT / "base-model" / "eval" / "two-step")
+    assert base["samples"] == 800 and base["pass@1"] == pytest.approx(base["results pass@1"])
+    assert (
+        f"held-out pass@1 {base['pass@1']:.1f} %** (pass@8 {base['pass@8']:.1f} %), {base['first step']:.1f} % of "
+        f"samples with a right first step, {base['first step, wrong answer']:.1f} % a right first step and a wrong "
+        "answer"
+    ) in doc
+    run = PILOT / "runs" / "gtpo" / "seed390"
+    held = _pilot_heldout(run / "eval" / "two-step")
+    assert held["pass@1"] == pytest.approx(held["results pass@1"])
+    assert (
+        f"Held-out pass@1 {held['pass@1']:.1f} % at step 60** (pass@8 {held['pass@8']:.1f} %, "
+        f"maj@8 {held['maj@8']:.1f} %), {held['first step']:.1f} % of samples with a right first step"
+    ) in doc
+    steps = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "rewards/accuracy_reward/mean" in row:
+            steps[row["step"]] = row
+
+    def mean(key: str, first: int, last: int) -> float:
+        return statistics.fmean(steps[s][key] for s in range(first, last + 1))
+
+    accuracy = [mean("rewards/accuracy_reward/mean", a, b) for a, b in ((1, 1), (1, 10), (31, 40), (51, 60))]
+    assert (
+        f"training accuracy {accuracy[0]:.2f} of 10 at step 1, {accuracy[1]:.2f} over steps 1–10, {accuracy[2]:.2f} "
+        f"over 31–40, {accuracy[3]:.2f} over 51–60"
+    ) in doc
+    assert f"{steps[1]['entropy']:.2f} nats at step 1, {mean('entropy', 31, 40):.3f} over steps 31–40" in doc
+    counts = load_script("two_step_spans").run_counts(run)
+    assert (
+        f"of its {counts['completions']} recorded completions, {counts['negative']} had a negative advantage; "
+        f"{counts['negative, correct first step']} of those had a right first step, and in all "
+        f"{counts['negative, span holds the correct first step']} the forward conflict span held the whole step "
+        f"({counts['share of negatives, %']:.1f} % of the negatives)"
+    ) in doc
+    assert counts["negative, correct first step"] == counts["negative, span holds the correct first step"]

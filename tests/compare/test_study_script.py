@@ -335,3 +335,23 @@ def test_the_guard_gamma_screen_runs_fs_runaway_seeds_at_fs_settings_and_code():
     study = ROOT / "studies"
     code = (study / "smollm2-synthetic-lr2e-4-guard-gamma" / "code-commit").read_text()
     assert code == (study / "smollm2-synthetic-lr2e-4-f" / "code-commit").read_text()
+
+
+@pytest.mark.parametrize(
+    "registration", [None, "# Study G\n\n> DRAFT, not registered: ...\n"], ids=["missing", "draft"]
+)
+def test_run_study_refuses_study_g_before_its_registration(tmp_path, registration):
+    """Study G is pre-registered: run_study.sh must not start its first run from a draft (the line '> DRAFT' at the
+    top) or without the file, so no run can precede the registration's commit (issue 48, item 5)."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "run_study.sh", tmp_path / "scripts" / "run_study.sh")
+    study = tmp_path / "studies" / "smollm2-two-step-g"
+    study.mkdir(parents=True)
+    if registration is not None:
+        (study / "PREREGISTRATION.md").write_text(registration)
+    result = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "run_study.sh"), "smollm2-two-step-g"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "is a draft or missing: register study G before its first run" in result.stderr
+    assert not (study / "code-commit").exists()  # nothing pinned, no worktree, no run
