@@ -6,7 +6,8 @@ Copied by `scripts/run_trl_grpo_tests.sh` beside TRL's test file (never committe
   imports them: the one-line swap, with every default of GTPOConfig (algorithm gtpo, loss_type grpo, ⟨H⟩_ini
   measured);
 - serves the hub ids the tests use most from a local cache built from configs (tiny Qwen2 causal LM and
-  sequence classifier with gtpo's tiny tokenizer, a tiny Gemma3 VLM) and the `trl-internal-testing/zen` and
+  sequence classifier with Qwen2.5's vocabulary size, special-token ids, generation config and chat template over
+  gtpo's tiny BPE tokenizer, a tiny Gemma3 VLM) and the `trl-internal-testing/zen` and
   `zen-image` prompt-only datasets;
   anything else the tests ask the hub for fails as "offline";
 - sorts each test into passed / refused (a GTPO refusal message) / offline (a hub id not built here) /
@@ -68,15 +69,58 @@ def _snapshot(repo_id: str) -> Path:
     return folder / "snapshots" / _REVISION
 
 
-def _build_models() -> None:
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
+# Qwen2.5's token ids the tests rely on (TRL's mask_truncated test writes 151643 and 151645 into its completions),
+# its vocabulary (len(tokenizer.vocab) of Qwen2.5, what TRL's tiny-model script gives the config) and the special
+# tokens from 151643 on; its generation config as the instruct checkpoints ship it.
+QWEN25_VOCAB = 151665
+QWEN25_SPECIAL = {151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>"}
+QWEN25_GENERATION = dict(
+    bos_token_id=151643, pad_token_id=151643, eos_token_id=[151645, 151643], do_sample=True, temperature=0.7,
+    top_p=0.8, top_k=20, repetition_penalty=1.05,
+)  # fmt: skip
+
+
+def _qwen25_tokenizer(folder: Path):
+    """gtpo's tiny BPE tokenizer made to look like Qwen2.5's: its special tokens moved to Qwen2.5's ids, the
+    vocabulary filled to Qwen2.5's size with unused tokens (no merge reaches them), pad `<|endoftext|>`, EOS
+    `<|im_end|>`, no BOS, and the Qwen2.5 chat template the installed TRL ships (trl/chat_templates/qwen2_5.jinja)."""
+    import trl
+    from transformers import PreTrainedTokenizerFast
 
     from gtpo.models import tiny_model_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
+    spec = json.loads((Path(tiny_model_dir()) / "tokenizer.json").read_text())
+    by_name = {name: id_ for id_, name in QWEN25_SPECIAL.items()}
+    vocab = spec["model"]["vocab"]
+    freed = [vocab[name] for name in by_name if name in vocab]
+    vocab = {name: id_ for name, id_ in vocab.items() if name not in by_name}
+    used = set(vocab.values())
+    for id_ in [*freed, *range(max(used) + 1, QWEN25_VOCAB)]:
+        if id_ not in QWEN25_SPECIAL and id_ not in used:
+            vocab[f"<|unused_{id_}|>"] = id_
+    vocab.update(by_name)
+    spec["model"]["vocab"] = vocab
+    for token in spec["added_tokens"]:
+        token["id"] = by_name.get(token["content"], token["id"])
+    path = folder / "qwen25-tokenizer.json"
+    path.write_text(json.dumps(spec))
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
+        chat_template=template, padding_side="left",
+    )  # fmt: skip
+    assert len(tokenizer) == QWEN25_VOCAB and tokenizer.pad_token_id == 151643 and tokenizer.eos_token_id == 151645
+    return tokenizer
+
+
+def _build_models() -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
+
+    _CACHE.mkdir(parents=True, exist_ok=True)
+    tokenizer = _qwen25_tokenizer(_CACHE)
     common = dict(
-        vocab_size=len(tokenizer),
+        vocab_size=QWEN25_VOCAB,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=2,
@@ -85,7 +129,7 @@ def _build_models() -> None:
         max_position_embeddings=512,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
+        bos_token_id=None,
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
@@ -98,6 +142,8 @@ def _build_models() -> None:
             continue
         model = build()
         model.config._name_or_path = repo_id
+        if repo_id == CAUSAL:
+            model.generation_config = GenerationConfig(**QWEN25_GENERATION)
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
     # A tiny Gemma3 vision-language model (tests/scripts/tiny_vlm.py in the gtpo checkout named by GTPO_REPO).
