@@ -1243,3 +1243,5 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
         f"({counts['share of negatives, %']:.1f} % of the negatives)"
     ) in doc
     assert counts["negative, correct first step"] == counts["negative, span holds the correct first step"]
+    readme = _flat(ROOT / "README.md")  # its one sentence on the pilot
+    assert f"held-out pass@1 rose from the base model's {base['pass@1']:.1f} % to {held['pass@1']:.1f} %" in readme
