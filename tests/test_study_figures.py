@@ -1220,6 +1220,8 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
         f"Held-out pass@1 {held['pass@1']:.1f} % at step 60** (pass@8 {held['pass@8']:.1f} %, "
         f"maj@8 {held['maj@8']:.1f} %), {held['first step']:.1f} % of samples with a right first step"
     ) in doc
+    step40 = _pilot_heldout(PILOT / "step40" / "gtpo" / "seed390" / "eval" / "two-step")
+    assert f"held-out pass@1 was already {step40['pass@1']:.1f} % (pass@8 {step40['pass@8']:.1f} %)" in doc
     steps = {}
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
