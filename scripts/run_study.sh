@@ -149,8 +149,8 @@ case $name in
     smollm2-two-step-g)
         # Study G, pre-registered in studies/smollm2-two-step-g/PREREGISTRATION.md (issue 48): GTPO as the two-step
         # recipe ships against GRPO, 20 fresh paired seeds, study D's held-out evaluation on the two-step task. The
-        # step count and learning rate are the registration's: the commit that registers G sets them here too (40
-        # steps at the recipe's 2e-4 until the pilot says otherwise). It refuses to start from a draft.
+        # step count and learning rate are the registration's (40 steps at the recipe's 2e-4, chosen on the pilot).
+        # It refuses to start from a draft.
         if grep -q '^> DRAFT' "$study/PREREGISTRATION.md" 2>/dev/null || [ ! -f "$study/PREREGISTRATION.md" ]; then
             echo "run_study.sh: $study/PREREGISTRATION.md is a draft or missing: register study G before its first run" >&2
             exit 2

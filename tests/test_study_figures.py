@@ -1245,5 +1245,8 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
         f"({counts['share of negatives, %']:.1f} % of the negatives)"
     ) in doc
     assert counts["negative, correct first step"] == counts["negative, span holds the correct first step"]
+    grpo40 = _pilot_heldout(PILOT / "step40" / "grpo" / "seed390" / "eval" / "two-step")
+    assert f"**held-out pass@1 {grpo40['pass@1']:.1f} %** (pass@8 {grpo40['pass@8']:.1f} %)" in doc
     readme = _flat(ROOT / "README.md")  # its one sentence on the pilot
+    assert f"GRPO at the same seed was at {grpo40['pass@1']:.1f} % by step 40" in readme
     assert f"held-out pass@1 rose from the base model's {base['pass@1']:.1f} % to {held['pass@1']:.1f} %" in readme

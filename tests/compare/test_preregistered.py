@@ -384,6 +384,41 @@ def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert "--max_steps 40 --dtype float32" in text and analysis.F_ARMS == ("gtpo-guard", "grpo")
 
 
+def test_study_g_preregistration_quotes_the_scripts_power_and_runs_as_registered():
+    """Study G's PREREGISTRATION.md (issue 48) is registered (no draft line), its power table is the script's at the
+    larger SD of D and F, and run_study.sh starts G with the registered arms, seeds 400-419, 40 steps, float32, D's
+    evaluation and the two-step recipe pinned."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "compare"))
+    from test_study_script import _seeds, _study_arguments, _variants
+
+    name = "smollm2-two-step-g"
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    assert "> DRAFT" not in text
+    d_sd = analysis.study_d(ROOT / "studies" / "smollm2-synthetic-lr2e-4-d")["sd"]  # the SDs measured so far
+    f_sd = analysis.study_d(ROOT / "studies" / "smollm2-synthetic-lr2e-4-f", analysis.F_ARMS)["sd"]
+    assert round(max(d_sd, f_sd), 2) == analysis.G_SEED_SD and analysis.G_PAIRS == 20
+    for n in (20, 24, 28):
+        row = f"{analysis.detectable_effect(analysis.G_SEED_SD, n):.1f} points"
+        row += f"** | **{analysis.paired_t_power(10, analysis.G_SEED_SD, n):.3f}" if n == 20 else ""
+        assert row in text, n
+        assert f"{analysis.paired_t_power(5, analysis.G_SEED_SD, n):.3f}" in text, n
+    half = analysis.t_quantile(0.975, analysis.G_PAIRS - 1) * analysis.G_SEED_SD / (analysis.G_PAIRS**0.5)
+    assert f"expected 95 % half-width is {half:.1f} points" in text
+    assert "**400–419, 20 pairs**" in text and "**α = 0.05**" in text
+    words = _study_arguments(name)
+    assert _variants(words) == ["gtpo:", "grpo:--algorithm grpo"]
+    assert _seeds(words) == list(range(400, 420))
+    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
+    evaluation = words[words.index("--eval") : words.index("--")]
+    assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")
+    assert words[words.index("--") + 1 :] == ["--max_steps", str(analysis.G_STEPS), "--dtype", "float32"]
+    assert "--max_steps 40 --dtype float32" in " ".join(text.split()).replace("`", "") and analysis.G_STEPS == 40
+    script = (ROOT / "scripts" / "run_study.sh").read_text()
+    assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-g)") :]
+
+
 def test_e_with_arms_applies_the_stall_rule_to_two_other_arms(tmp_path, capsys):
     """`analyze_preregistered.py e STUDY --arms A B` (the exploratory guard screen): E's rule on arms A and B."""
     study = tmp_path / "screen"
