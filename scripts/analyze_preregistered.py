@@ -562,6 +562,24 @@ def span_lambda_shares(run: Path) -> dict | None:
     }
 
 
+def stall_secondary(study: Path, arms: tuple[str, str], names: tuple[str, str] | None = None) -> dict:
+    """Studies F's and G's registered stall secondary: study E's rule (no full-format group in steps 1-15) per arm
+    over the complete pairs, with McNemar's exact one-sided p in each direction, descriptive. ``names``: the arms as
+    the p keys name them (``p_one_sided_<name>_stalls_more``; F's are 'guard' and 'grpo'), by default the arms."""
+    stall = study_e(study, arms)
+    only = stall["discordant"]
+    b, c = (len(only[f"{arm} only"]) for arm in arms)
+    first, second = names or arms
+    return {
+        "pairs": stall["pairs"],
+        "stalled": stall["stalled"],
+        "discordant": only,
+        "first_group_without_full_format": stall["first_group_without_full_format"],
+        f"p_one_sided_{first}_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
+        f"p_one_sided_{second}_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
+    }
+
+
 def study_f(study: Path) -> dict:
     """Study F: the primary outcome (study D's computation on arms gtpo-guard and grpo), the registered secondary
     one (E's stall rule per arm over steps 1-15 with McNemar's exact p in each direction, descriptive), and the other
@@ -569,17 +587,7 @@ def study_f(study: Path) -> dict:
     gtpo-guard run, the span tokens the guard set to λ 0 (``span_lambda_shares``; the remaining pass@k / maj@k
     intervals are in the study's summary.md, the last-10-step training metrics in ``runs``)."""
     result = study_d(study, F_ARMS)
-    stall = study_e(study, F_ARMS)
-    only = stall["discordant"]
-    b, c = (len(only[f"{arm} only"]) for arm in F_ARMS)
-    result["secondary_stall"] = {
-        "pairs": stall["pairs"],
-        "stalled": stall["stalled"],
-        "discordant": only,
-        "first_group_without_full_format": stall["first_group_without_full_format"],
-        "p_one_sided_guard_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
-        "p_one_sided_grpo_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
-    }
+    result["secondary_stall"] = stall_secondary(study, F_ARMS, names=("guard", "grpo"))
     result["secondary_heldout"] = heldout(study, F_ARMS)
     guard = F_ARMS[0]
     result["secondary_guard_spans"] = {
@@ -717,17 +725,7 @@ def study_g(study: Path, arms: tuple[str, str] = G_ARMS, max_steps: int = G_STEP
             if (away := runaway(run, max_steps)) is not None:
                 ran_away[arm][seed] = away
     result["secondary_protected_first_step"] = _per_arm_and_paired(shares, arms)
-    stall = study_e(study, arms)
-    only = stall["discordant"]
-    b, c = (len(only[f"{arm} only"]) for arm in arms)
-    result["secondary_stall"] = {
-        "pairs": stall["pairs"],
-        "stalled": stall["stalled"],
-        "discordant": only,
-        "first_group_without_full_format": stall["first_group_without_full_format"],
-        f"p_one_sided_{first}_stalls_more": mcnemar_exact(b, c) if stall["pairs"] else None,
-        f"p_one_sided_{second}_stalls_more": mcnemar_exact(c, b) if stall["pairs"] else None,
-    }
+    result["secondary_stall"] = stall_secondary(study, arms)
     pairs = sorted(set(ran_away[first]) & set(ran_away[second]))
     b = sum(ran_away[first][s] and not ran_away[second][s] for s in pairs)
     c = sum(ran_away[second][s] and not ran_away[first][s] for s in pairs)

@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # An abbreviated hash: 7-12 hex digits with at least one letter and one digit (dates and words left out).
 HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b")
+# A commit of another repository, written owner/name@hash (e.g. huggingface/trl@f2cd577, TRL's test file).
+EXTERNAL = re.compile(r"\b[\w.-]+/[\w.-]+@[0-9a-f]{7,40}\b")
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 GPU = re.compile(r"\b(H100|H200|A100|L40S?|RTX \d+)\b")
 
@@ -29,11 +31,18 @@ def test_every_commit_cited_in_docs_exists():
     cited = {}
     for name in listed.stdout.split():
         if name.endswith((".md", ".txt")):
-            for found in HASH.findall((ROOT / name).read_text()):
+            text = EXTERNAL.sub("", (ROOT / name).read_text())  # another repository's commit is not ours to find
+            for found in HASH.findall(text):
                 cited.setdefault(found, name)
     assert cited  # the documents do cite commits
     missing = {h: name for h, name in cited.items() if _git("cat-file", "-e", f"{h}^{{commit}}").returncode != 0}
     assert missing == {}
+
+
+def test_another_repositorys_commit_is_told_apart_only_when_written_with_its_repository():
+    """huggingface/trl@f2cd577 names TRL's commit (not looked up here); a bare hash is still one of ours."""
+    assert HASH.findall(EXTERNAL.sub("", "TRL's file at huggingface/trl@f2cd577, ours at ca8ead9")) == ["ca8ead9"]
+    assert HASH.findall(EXTERNAL.sub("", "commit f2cd577")) == ["f2cd577"]
 
 
 def _units(markdown: str) -> list[str]:

@@ -6,11 +6,7 @@ kept (the tiny model's ``<answer>`` tags are special tokens), cut at the first e
 
 Sampling is pure temperature / top-p sampling: the model's own ``generation_config`` defaults (Qwen
 ships top_k=20, top_p=0.8, repetition_penalty=1.05) are replaced, so "temperature 1.0" means what the
-paper's evaluation means (Sec. 6).
-
->>> backend = make_backend("tiny", "transformers")  # doctest: +SKIP
->>> backend.generate([[{"role": "user", "content": "What is 2+2?"}]], seeds=[0],
-...                  sampling=SamplingSettings(max_new_tokens=8))  # doctest: +SKIP
+paper's evaluation means (Sec. 6). Use: ``make_backend("tiny", "transformers").generate(prompts, seeds, sampling)``.
 """
 
 from __future__ import annotations

@@ -6,19 +6,19 @@ is argued for completions that share correct reasoning and part later: a wrong f
 step should not push that step down. Here a completion can be right in its first step and wrong in its second,
 which `first_step_correct` checks for analysis (the reward grades the final answer only, as in `synthetic`).
 
-The split is decided by a hash of the question text, as in `synthetic`: the same question falls in the same split
-under every setting. The task carries its own worked example (`TWO_STEP_EXAMPLES`), never asked in either split.
+The split is decided by a hash of the question text, as in `synthetic` (`gtpo.tasks.synthetic.in_split`): the same
+question falls in the same split under every setting. The task carries its own worked examples (`TWO_STEP_EXAMPLES`),
+never asked in either split.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Callable
 
-from gtpo.errors import InvalidInput
 from gtpo.tasks.prompts import WorkedExample
+from gtpo.tasks.synthetic import check_generator_options, in_split
 
 __all__ = ["TWO_STEP_EXAMPLES", "first_step", "first_step_correct", "first_step_end", "two_step_rows"]
 
@@ -36,12 +36,6 @@ TWO_STEP_EXAMPLES: tuple[WorkedExample, ...] = (
 _QUESTION = re.compile(r"What is (\d+) ([+-]) (\d+) ([+-]) (\d+)\?")
 # The first equation written in a completion: "a op b = x" (spaces optional, x may be negative or wrong).
 _EQUATION = re.compile(r"(\d+)\s*([+-])\s*(\d+)\s*=\s*(-?\d+)")
-
-
-def _in_test_split(question: str, test_fraction: float) -> bool:
-    # A hash of the question text decides the split (as synthetic's): never the seed or the operand range.
-    digest = hashlib.sha256(question.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
 
 
 def two_step_rows(
@@ -68,15 +62,7 @@ def two_step_rows(
         Rows with id, question, answer (the final value), solution ("a op1 b = x. x op2 c = y."), level (None) and
         subject ("arithmetic"). Default sizes: 1,898 questions, 1,530 train and 368 test.
     """
-    if split not in ("train", "test"):
-        raise InvalidInput(f"two-step split must be 'train' or 'test', got {split!r}")
-    unknown = sorted(set(ops) - set(_OPS))
-    if unknown or not ops:
-        raise InvalidInput(f"two-step ops must be a non-empty string of {sorted(_OPS)}, got {ops!r}")
-    if not 0 <= min_operand <= max_operand:
-        raise InvalidInput(f"need 0 <= min_operand <= max_operand, got {min_operand}, {max_operand}")
-    if not 0 < test_fraction < 1:
-        raise InvalidInput(f"test_fraction must be in (0, 1), got {test_fraction}")
+    check_generator_options("two-step", split, ops, min_operand, max_operand, test_fraction)
     shown = {example.question for example in TWO_STEP_EXAMPLES}  # never ask what the prompt answers
     operands = range(min_operand, max_operand + 1)
     rows = []
@@ -92,7 +78,7 @@ def two_step_rows(
                         if y < 0:
                             continue
                         question = f"What is {a} {op1} {b} {op2} {c}?"
-                        if question in shown or _in_test_split(question, test_fraction) != (split == "test"):
+                        if question in shown or not in_split(question, split, test_fraction):
                             continue
                         rows.append(
                             {
