@@ -358,14 +358,26 @@ def test_study_f_primary_is_study_ds_computation_and_its_stall_secondary_counts_
     assert result["secondary_guard_spans"] == dict.fromkeys(range(300, 304))  # finished, but no completion record
 
 
-def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered():
-    """PREREGISTRATION.md's power table is the script's, and run_study.sh starts study F with the registered arms,
-    seeds, steps, dtype, evaluation and pinned recipe (the recipe's learning rate)."""
+def _assert_run_as_registered(name: str, registration: str, variants: list[str], seeds, steps: int) -> None:
+    """run_study.sh starts study ``name`` as its registration says: these arms and seeds, checkpoints every 5 steps,
+    the pinned recipe, the evaluation flags the registration quotes, ``steps`` steps in float32."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "compare"))
     from test_study_script import _seeds, _study_arguments, _variants
 
+    words = _study_arguments(name)
+    assert _variants(words) == variants
+    assert _seeds(words) == list(seeds)
+    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
+    evaluation = words[words.index("--eval") : words.index("--")]
+    assert " ".join(evaluation) in " ".join(registration.split()).replace("`", "")
+    assert words[words.index("--") + 1 :] == ["--max_steps", str(steps), "--dtype", "float32"]
+
+
+def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered():
+    """PREREGISTRATION.md's power table is the script's, and run_study.sh starts study F with the registered arms,
+    seeds, steps, dtype, evaluation and pinned recipe (the recipe's learning rate)."""
     name = "smollm2-synthetic-lr2e-4-f"
     text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
     for n in (16, analysis.F_PAIRS):
@@ -374,13 +386,8 @@ def test_study_f_preregistration_quotes_the_scripts_power_and_runs_as_registered
         assert f"{analysis.paired_t_power(10, analysis.D_SEED_SD, n):.3f}" in text, n
     assert f"{analysis.t_quantile(0.975, analysis.F_PAIRS - 1):.3f}" in text
     assert "**300–319, 20 pairs**" in text and "**α = 0.05**" in text and analysis.F_PAIRS == 20
-    words = _study_arguments(name)
-    assert _variants(words) == ["gtpo-guard:--conflict_guard true", "grpo:--algorithm grpo"]
-    assert _seeds(words) == list(range(300, 320))
-    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
-    evaluation = words[words.index("--eval") : words.index("--")]
-    assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")
-    assert words[words.index("--") + 1 :] == ["--max_steps", "40", "--dtype", "float32"]
+    variants = ["gtpo-guard:--conflict_guard true", "grpo:--algorithm grpo"]
+    _assert_run_as_registered(name, text, variants, range(300, 320), steps=40)
     assert "--max_steps 40 --dtype float32" in text and analysis.F_ARMS == ("gtpo-guard", "grpo")
 
 
@@ -388,11 +395,6 @@ def test_study_g_preregistration_quotes_the_scripts_power_and_runs_as_registered
     """Study G's PREREGISTRATION.md (issue 48) is registered (no draft line), its power table is the script's at the
     larger SD of D and F, and run_study.sh starts G with the registered arms, seeds 400-419, 40 steps, float32, D's
     evaluation and the two-step recipe pinned."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tests" / "compare"))
-    from test_study_script import _seeds, _study_arguments, _variants
-
     name = "smollm2-two-step-g"
     text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
     assert "> DRAFT" not in text
@@ -407,13 +409,7 @@ def test_study_g_preregistration_quotes_the_scripts_power_and_runs_as_registered
     half = analysis.t_quantile(0.975, analysis.G_PAIRS - 1) * analysis.G_SEED_SD / (analysis.G_PAIRS**0.5)
     assert f"expected 95 % half-width is {half:.1f} points" in text
     assert "**400–419, 20 pairs**" in text and "**α = 0.05**" in text
-    words = _study_arguments(name)
-    assert _variants(words) == ["gtpo:", "grpo:--algorithm grpo"]
-    assert _seeds(words) == list(range(400, 420))
-    assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
-    evaluation = words[words.index("--eval") : words.index("--")]
-    assert " ".join(evaluation) in " ".join(text.split()).replace("`", "")
-    assert words[words.index("--") + 1 :] == ["--max_steps", str(analysis.G_STEPS), "--dtype", "float32"]
+    _assert_run_as_registered(name, text, ["gtpo:", "grpo:--algorithm grpo"], range(400, 420), analysis.G_STEPS)
     assert "--max_steps 40 --dtype float32" in " ".join(text.split()).replace("`", "") and analysis.G_STEPS == 40
     script = (ROOT / "scripts" / "run_study.sh").read_text()
     assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-g)") :]
