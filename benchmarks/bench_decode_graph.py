@@ -1,5 +1,5 @@
-"""A decoding token step on a GPU: `gtpo.sampling.decode` against `gtpo.graph_decode.decode_static`, eager and
-replayed as a CUDA graph, against its floor, one read of the weights at the device's measured read bandwidth
+"""A decoding token step on a GPU: `gtpo.decoding.sampling.decode` against `gtpo.decoding.graph.decode_static`,
+eager and replayed as a CUDA graph, against its floor, one read of the weights at the device's measured read bandwidth
 (issue 39, item 4 and issue 47, item 1: target <= 3x that floor at 8 and 64 rows).
 
     python benchmarks/bench_decode_graph.py                       # Qwen2.5-1.5B's config, random weights, bf16, CUDA
@@ -44,7 +44,7 @@ def _model(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def _choose(sampler: str, seeds: list[int], device: torch.device):
-    from gtpo.sampling import multinomial_choice, per_row_choice
+    from gtpo.decoding.sampling import multinomial_choice, per_row_choice
 
     return per_row_choice(seeds, device=device) if sampler == "per-row" else multinomial_choice(True)
 
@@ -58,8 +58,8 @@ def main(argv=None) -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen1.5b")
     parser.add_argument("--sampler", choices=("per-row", "multinomial"), default="per-row")
     args = parser.parse_args(argv)
-    from gtpo.graph_decode import decode_static
-    from gtpo.sampling import decode
+    from gtpo.decoding.graph import decode_static
+    from gtpo.decoding.sampling import decode
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -1,8 +1,9 @@
 """Held-out evaluation's cost (study A's: 100 synthetic test problems x 8 samples x 96 tokens, SmolLM2-135M), three
 arms on the same per-sample seeds, batch by batch, taking turns: the transformers backend before issue 30
-(``model.generate`` on the batch), `gtpo.sampling.decode` at commit 0cb9e55's default batch (8 problems, 64 rows: "fast
-before") and at today's default (`gtpo.eval.runner.DEFAULT_BATCH_SIZE`: "fast now"); plus the model's load each way
-(the GGUF parsed and de-quantised, as at 0cb9e55, against the de-quantised folder `gtpo.models.load_model` reads now).
+(``model.generate`` on the batch), `gtpo.decoding.sampling.decode` at commit 0cb9e55's default batch (8 problems, 64
+rows: "fast before") and at today's default (`gtpo.eval.runner.DEFAULT_BATCH_SIZE`: "fast now"); plus the model's
+load each way (the GGUF parsed and de-quantised, as at 0cb9e55, against the de-quantised folder
+`gtpo.models.load_model` reads now).
 
     python benchmarks/bench_eval.py                  # 100 problems (a trained checkpoint: ~7 min on 2 idle cores)
     python benchmarks/bench_eval.py --quick          # 16 problems

@@ -10,11 +10,11 @@ Arms (each samples G completions of the recipe's first prompt, TRL's sampling se
 - ``generate``: TRL's transformers path, ``model.generate`` on the LoRA model (the G rows each prefill the prompt,
   every row runs until the longest ends);
 - ``continuous``: TRL's ``use_transformers_continuous_batching`` (``model.generate_batch``);
-- ``prefill``: :func:`gtpo.sampling.decode` with ``drop_finished=False``: the prompt prefilled once, its cache
+- ``prefill``: :func:`gtpo.decoding.sampling.decode` with ``drop_finished=False``: the prompt prefilled once, its cache
   copied to the G rows, ended rows still fed padding;
-- ``fast``: :func:`gtpo.sampling.decode`: prefilled once and ended rows dropped (the training default);
+- ``fast``: :func:`gtpo.decoding.sampling.decode`: prefilled once and ended rows dropped (the training default);
 - ``fast+merged``: ``fast`` with the LoRA weights folded into the base for generation
-  (:func:`gtpo.sampling.merged_lora`, float32 only: in bf16 it leaves the model as it is), what training runs.
+  (:func:`gtpo.decoding.sampling.merged_lora`, float32 only: in bf16 it leaves the model as it is), what training runs.
 
 Each round runs every (dtype, arm) once, in a rotated order, each after ``torch.manual_seed(round)``, so that load
 on a shared machine hits all alike, after ``--warmup`` untimed rounds. On a machine shared with other jobs, use
@@ -118,7 +118,7 @@ def run_continuous(model, tokenizer, prompt, group, tokens) -> list[list[int]]:
 
 
 def run_decode(model, tokenizer, prompt, group, tokens, drop=True, merged=False, do_sample=True):
-    from gtpo.sampling import decode, merged_lora, multinomial_choice
+    from gtpo.decoding.sampling import decode, merged_lora, multinomial_choice
 
     with merged_lora(model) if merged else contextlib.nullcontext():
         return decode(
@@ -144,7 +144,7 @@ def greedy_difference(model, tokenizer, prompts: list[list[int]], tokens: int) -
     """Greedy completions of ``prompts`` (one row each) by `generate` and by the fast path. Returns (rows that
     differ, tokens from the first difference on, tokens in all): near-ties that another batch shape rounds the
     other way."""
-    from gtpo.sampling import decode, left_pad, multinomial_choice
+    from gtpo.decoding.sampling import decode, left_pad, multinomial_choice
 
     ids, mask = left_pad(prompts, tokenizer.pad_token_id)
     with torch.no_grad():

@@ -22,8 +22,7 @@ FLOORS = {
     "lazy": 0,
     "errors": 0,
     "models": 1,
-    "sampling": 1,
-    "graph_decode": 2,  # fixed-shape decoding for GPUs, built on sampling's helpers
+    "decoding": 1,  # the decode loop (sampling) and its fixed-shape CUDA-graph form (graph)
     "core": 1,
     "grading": 1,
     "tasks": 2,
@@ -199,6 +198,7 @@ def test_every_layer_is_a_package_with_a_docstring():
     packages = [p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
     assert {p.name for p in packages} == {
         "core",
+        "decoding",
         "grading",
         "tasks",
         "trainer",

@@ -1,4 +1,5 @@
-"""gtpo.graph_decode.decode_static (fixed shapes for CUDA graphs) draws the tokens `gtpo.sampling.decode` draws.
+"""gtpo.decoding.graph.decode_static (fixed shapes for CUDA graphs) draws the tokens
+`gtpo.decoding.sampling.decode` draws.
 
 Per-row seeds (`per_row_choice`): a row's tokens do not depend on the other rows, so the static path (every row kept,
 a full-width mask, transformers' StaticCache) must give exactly `decode`'s completions, ended rows dropped or not.
@@ -9,7 +10,7 @@ recorded step twice, as the CUDA graph's warm-up and replay do, and the tokens m
 
 Issue 47: a recorded step is kept for the next call of the same shape (nothing captured anew, the same bits) and
 not for other shapes or weights at new addresses; registering the stand-in as the CPU's recorder
-(`gtpo.graph_decode.RECORDERS`) runs the selection of training (`generation_plan`) and of `gtpo eval`'s backend on
+(`gtpo.decoding.graph.RECORDERS`) runs the selection of training (`generation_plan`) and of `gtpo eval`'s backend on
 a CPU, whose tokens must equal the eager paths'.
 """
 
@@ -19,9 +20,9 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
-from gtpo.graph_decode import decode_static, supports_fixed_decode
+from gtpo.decoding.graph import decode_static, supports_fixed_decode
+from gtpo.decoding.sampling import DecodeStats, decode, left_pad, multinomial_choice, per_row_choice
 from gtpo.models import load_model, load_tokenizer
-from gtpo.sampling import DecodeStats, decode, left_pad, multinomial_choice, per_row_choice
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_static_path_with_the_global_generator_equals_decode_keeping_every_row(m
 
 
 class RunTwice:
-    """Stands in for `gtpo.graph_decode.CudaGraph` on a CPU: at capture it runs the step once (the warm-up on the side
+    """Stands in for `gtpo.decoding.graph.CudaGraph` on a CPU: at capture it runs the step once (the warm-up on the side
     stream) and at every replay runs it again, so each recorded step computes twice, as warm-up + replay does on a
     GPU. The first attempt (2f84930) let transformers' StaticLayer advance its write position inside the step, so the
     extra run shifted every later token's keys one slot past its mask column."""
@@ -226,7 +227,7 @@ class CountingRunTwice(RunTwice):
 def test_a_recorded_step_is_kept_for_the_next_call_of_the_same_shape(model_and_tokenizer):
     """Issue 47: a second call of the same shape captures nothing new, a different shape captures anew, and every
     call's tokens and scores equal the eager fixed-shape path's bit for bit (the kept cache is reset in place)."""
-    import gtpo.graph_decode as graph_decode
+    import gtpo.decoding.graph as graph_decode
 
     model, tokenizer = model_and_tokenizer
     graph_decode.forget_graphs(model)
@@ -251,7 +252,7 @@ def test_a_recorded_step_is_kept_for_the_next_call_of_the_same_shape(model_and_t
 def test_kept_graphs_follow_new_weights_at_new_addresses(model_and_tokenizer):
     """A graph replays reads of fixed addresses: weights given new tensors (as `merged_lora` gives them) must not be
     read through the old graph. The next call captures anew and computes with the new weights."""
-    import gtpo.graph_decode as graph_decode
+    import gtpo.decoding.graph as graph_decode
 
     model, tokenizer = model_and_tokenizer
     graph_decode.forget_graphs(model)
@@ -276,7 +277,7 @@ def test_the_device_seam_selects_the_recorded_path_in_training(tmp_path, tiny_mo
     """`generation_plan` on a CPU with a recorder registered for it (as CUDA has one): training generates through
     `decode_static` with that recorder; cuda_graph_generation=False, or no recorder for the device, keeps `decode`.
     Also the draws: the recorded path's completions equal the eager fixed-shape path's under the same seed."""
-    import gtpo.graph_decode as graph_decode
+    import gtpo.decoding.graph as graph_decode
     import gtpo.trainer.generation as generation
 
     sys_path_helpers()
@@ -336,7 +337,7 @@ def test_evaluation_with_per_row_seeds_gives_the_same_tokens_with_and_without_gr
 ):
     """`gtpo eval`'s transformers backend with the graph path (on the CPU stand-in recorder) gives every row the
     tokens of the eager `decode` path for the same per-row seeds; a model's kept graph serves the second batch."""
-    import gtpo.graph_decode as graph_decode
+    import gtpo.decoding.graph as graph_decode
     from gtpo.eval.backends import SamplingSettings, TransformersBackend
 
     plain = TransformersBackend("tiny")

@@ -1,4 +1,4 @@
-"""Training's fast generation (`gtpo.sampling.decode` behind `GTPOTrainer._generate_single_turn`) against
+"""Training's fast generation (`gtpo.decoding.sampling.decode` behind `GTPOTrainer._generate_single_turn`) against
 `generate` and TRL's own branch, on the tiny model.
 
 Invariants: greedy decoding gives exactly `generate`'s tokens (left padding, prompts of different lengths, repeated
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-from gtpo.sampling import DecodeStats, decode, left_pad, multinomial_choice, preallocated_cache  # noqa: E402
+from gtpo.decoding.sampling import DecodeStats, decode, left_pad, multinomial_choice, preallocated_cache  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +289,7 @@ def test_lora_trainer_greedy_generation_with_folded_adapters_is_trls(tiny_model_
     branch, which runs the adapters unmerged, and the base weights untouched after."""
     from peft import LoraConfig
 
-    import gtpo.sampling
+    import gtpo.decoding.sampling
 
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = make_trainer(tiny_model_path, str(tmp_path / "out"), lora)
@@ -299,7 +299,7 @@ def test_lora_trainer_greedy_generation_with_folded_adapters_is_trls(tiny_model_
                 p.normal_(0, 0.05)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     folded = []
-    original = gtpo.sampling.merged_lora
+    original = gtpo.decoding.sampling.merged_lora
     monkeypatch.setattr("gtpo.trainer.generation.merged_lora", lambda m: folded.append(1) or original(m))
     monkeypatch.setitem(trainer.generation_kwargs, "do_sample", False)
     monkeypatch.setattr(trainer.generation_config, "do_sample", False)
@@ -379,7 +379,7 @@ def lora_model(tiny_model_path, dtype=torch.float32, dropout=0.0):
 
 
 def test_merged_lora_gives_the_same_logits_and_puts_the_base_weights_back_bit_for_bit(tiny_model_path):
-    from gtpo.sampling import merged_lora
+    from gtpo.decoding.sampling import merged_lora
 
     model = lora_model(tiny_model_path)
     ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
@@ -399,7 +399,7 @@ def test_merged_lora_gives_the_same_logits_and_puts_the_base_weights_back_bit_fo
 @pytest.mark.parametrize("dtype, dropout", [(torch.bfloat16, 0.0), (torch.float32, 0.1)])
 def test_merged_lora_leaves_bf16_and_dropout_models_as_they_are(tiny_model_path, dtype, dropout):
     """bf16 would round most of BA away in W + BA; dropout would be skipped by a merged layer."""
-    from gtpo.sampling import lora_layers, merged_lora
+    from gtpo.decoding.sampling import lora_layers, merged_lora
 
     model = lora_model(tiny_model_path, dtype, dropout)
     assert lora_layers(model)[1] is not None

@@ -113,7 +113,7 @@ def test_patched_generate_gives_the_completions_trained_on(tiny_model_path, tmp_
 
 
 def test_the_default_lora_recipe_keeps_the_fast_path(tiny_model_path, tmp_path, monkeypatch):
-    """A LoRA policy (peft_config) generates through `gtpo.sampling.decode`, not TRL's `generate`."""
+    """A LoRA policy (peft_config) generates through `gtpo.decoding.sampling.decode`, not TRL's `generate`."""
     from peft import LoraConfig
 
     import gtpo.trainer.generation as generation

@@ -199,20 +199,20 @@ def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
 class TransformersBackend(SeededBackend):
     """Batched sampling with transformers; runs on CPU or one GPU.
 
-    By default through `gtpo.sampling.decode`: each distinct prompt of a batch (a problem's n samples) is
+    By default through `gtpo.decoding.sampling.decode`: each distinct prompt of a batch (a problem's n samples) is
     prefilled once, and a row stops costing compute the step it ends. ``fast=False``: ``model.generate`` on the
     left-padded batch, every row until the longest one ends (the path before issue 30, kept for comparisons).
 
     Reproducibility: every row is sampled from its own generator seeded with its seed
     (`per_row_sampler`), so a (problem, sample) gets the same completion in any batch and on either path, on
     the same machine (float rounding of a different batch shape aside: zero on CPU for the tiny model, tested).
-    ``stats`` adds up what the fast path computed (`gtpo.sampling.DecodeStats`).
+    ``stats`` adds up what the fast path computed (`gtpo.decoding.sampling.DecodeStats`).
 
     On CUDA the fast path decodes with fixed shapes and replays each step as a CUDA graph
-    (`gtpo.graph_decode.decode_static`; kept for the next batch of the same shape) where the model's cache is all
+    (`gtpo.decoding.graph.decode_static`; kept for the next batch of the same shape) where the model's cache is all
     full-attention layers, else it says why in one log line and keeps `decode`. Each row still draws from its own
     generator, so the tokens are those of the eager path (tested on a CPU stand-in of the graph). ``graphs=False``
-    keeps `decode` on CUDA too; a CPU never records (`gtpo.graph_decode.graph_recorder`).
+    keeps `decode` on CUDA too; a CPU never records (`gtpo.decoding.graph.graph_recorder`).
     """
 
     name = "transformers"
@@ -236,7 +236,7 @@ class TransformersBackend(SeededBackend):
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
-        from gtpo.sampling import DecodeStats, supports_fast_decode
+        from gtpo.decoding.sampling import DecodeStats, supports_fast_decode
 
         why = supports_fast_decode(self.model) if fast else "fast=False"
         if why is not None:
@@ -248,7 +248,7 @@ class TransformersBackend(SeededBackend):
     def _graph_recorder(self):
         """What records the fixed-shape decoding steps on this device (a CUDA graph on CUDA), or None: eager
         `decode` (a CPU, or a model whose static cache has sliding-window or other non-full-attention layers)."""
-        from gtpo.graph_decode import graph_recorder, supports_fixed_decode
+        from gtpo.decoding.graph import graph_recorder, supports_fixed_decode
 
         recorder = graph_recorder(self.device)
         if recorder is not None and (why := supports_fixed_decode(self.model)) is not None:
@@ -284,10 +284,10 @@ class TransformersBackend(SeededBackend):
         return [self._completion(ids) for ids in new_tokens]
 
     def _decode(self, texts: list[str], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
-        """One prefill per distinct prompt, ended rows dropped (`gtpo.sampling.decode`), the same draws per row."""
+        """One prefill per distinct prompt, ended rows dropped (`decoding.sampling.decode`), the same draws per row."""
         import torch
 
-        from gtpo.sampling import decode, multinomial_choice
+        from gtpo.decoding.sampling import decode, multinomial_choice
 
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if sampling.temperature == 0:
@@ -306,7 +306,7 @@ class TransformersBackend(SeededBackend):
 
         common = (self.model, ids, choose, sampling.max_new_tokens, self.eos_ids, self.tokenizer.pad_token_id)
         if self.recorder is not None:
-            from gtpo.graph_decode import decode_static
+            from gtpo.decoding.graph import decode_static
 
             # no_grad, not inference_mode: the kept cache and graph outlive this call and are written in place.
             with torch.no_grad():

@@ -312,8 +312,8 @@ class GTPOConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "Generate on TRL's transformers path with each distinct prompt prefilled once and finished "
-            "completions dropped from the batch (gtpo.sampling.decode; a float32 LoRA policy generates with its "
-            "adapters folded in). It falls back to TRL's generate, with one log line, where it cannot apply (vLLM, "
+            "completions dropped from the batch (gtpo.decoding.sampling.decode; a float32 LoRA policy generates with "
+            "its adapters folded in). It falls back to TRL's generate, with one log line, where it cannot apply (vLLM, "
             "continuous batching, images, tools, beam search, stop strings, a static cache, a generate that is not "
             "transformers' own because it was patched, as TRL's own test_grpo_trainer.py patches it, ...). Applies "
             "to both algorithms. False: TRL's generate."
@@ -325,7 +325,7 @@ class GTPOConfig(GRPOConfig):
         metadata={
             "help": "On a CUDA GPU, generate with fixed shapes (a cache of the full length written in place, every row "
             "kept until the longest ends, as generate keeps them) and replay each decoding step from the third on as "
-            "one CUDA graph (gtpo.graph_decode), which removes the kernel launches a small model's step is bound by; "
+            "one CUDA graph (gtpo.decoding.graph), which removes the kernel launches a small model's step is bound by; "
             "a graph is kept for the next batch of the same shape. On by default. The same distribution as the "
             "eager path, not the same draws: every row stays in the batch, so the global generator is consumed as "
             "generate consumes it, and a seeded GPU run draws different completions than before this became the "

@@ -1,5 +1,5 @@
 """Training's generation without waste: TRL's transformers path, with each distinct prompt prefilled once per
-batch and a completion that has ended no longer computed (`gtpo.sampling.decode`).
+batch and a completion that has ended no longer computed (`gtpo.decoding.sampling.decode`).
 
 TRL's `GRPOTrainer._generate_single_turn` samples with ``model.generate`` when neither vLLM nor continuous
 batching is on: the G rows of a group each prefill the same prompt, and every row is run until the longest one
@@ -10,7 +10,7 @@ with the same generation config and logits processors `generate` would build fro
 returns: each completion up to and including its first EOS (TRL's ``eos_token_ids``), or
 ``max_completion_length`` tokens, and no log-probabilities.
 
-A float32 LoRA policy generates with its adapters folded into the base weights (`gtpo.sampling.merged_lora`:
+A float32 LoRA policy generates with its adapters folded into the base weights (`gtpo.decoding.sampling.merged_lora`:
 the base tensors are put back untouched after), which changes the logits only by float rounding.
 
 Sampling is `generate`'s: the softmax of the processed logits drawn by ``torch.multinomial`` on the global
@@ -23,8 +23,8 @@ a model whose ``generate`` is not transformers' own (patched, as TRL's own tests
 wrapper is looked through to its base model), beam search or other decoding modes, stop strings, a processor that is
 not row-wise, a model without a plain key/value cache, or the switch ``fast_generation=False``.
 
-On a device with a step recorder (`gtpo.graph_decode.graph_recorder`: CUDA) the fast path decodes with fixed shapes
-and replays each step as a CUDA graph (`gtpo.graph_decode.decode_static`, ``cuda_graph_generation``, on by default),
+On a device with a step recorder (`gtpo.decoding.graph.graph_recorder`: CUDA) the fast path decodes with fixed shapes
+and replays each step as a CUDA graph (`gtpo.decoding.graph.decode_static`, ``cuda_graph_generation``, on by default),
 where the model's cache allows; the same :func:`generation_plan` decides it.
 """
 
@@ -36,8 +36,15 @@ from dataclasses import dataclass
 import torch
 from transformers.generation.utils import GenerationMixin
 
-from gtpo.graph_decode import decode_static, graph_recorder, supports_fixed_decode
-from gtpo.sampling import ROW_WISE_PROCESSORS, decode, left_pad, merged_lora, multinomial_choice, supports_fast_decode
+from gtpo.decoding.graph import decode_static, graph_recorder, supports_fixed_decode
+from gtpo.decoding.sampling import (
+    ROW_WISE_PROCESSORS,
+    decode,
+    left_pad,
+    merged_lora,
+    multinomial_choice,
+    supports_fast_decode,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +69,7 @@ PEFT_MODEL, PEFT_GENERATE = _peft_generates()
 
 
 def config_blocker(generation_config, eos_token_ids) -> str | None:
-    """Why a (prepared) generation config cannot use `gtpo.sampling.decode`, or None."""
+    """Why a (prepared) generation config cannot use `gtpo.decoding.sampling.decode`, or None."""
     from transformers.generation.configuration_utils import GenerationMode
 
     mode = generation_config.get_generation_mode()
@@ -122,8 +129,8 @@ def generate_blocker(model) -> str | None:
 @dataclass(frozen=True)
 class GenerationPlan:
     """How one batch is generated. ``trl_reason``: why TRL's own method generates (None: the fast path).
-    ``recorder``: what records the fast path's fixed-shape steps (`gtpo.graph_decode.decode_static`), or None for
-    `gtpo.sampling.decode`. ``graph_note``: why graphs were wanted and not used (logged once), or None."""
+    ``recorder``: what records the fast path's fixed-shape steps (`gtpo.decoding.graph.decode_static`), or None for
+    `gtpo.decoding.sampling.decode`. ``graph_note``: why graphs were wanted and not used (logged once), or None."""
 
     trl_reason: str | None
     recorder: object = None
@@ -132,7 +139,7 @@ class GenerationPlan:
 
 def generation_plan(trainer, images=None, multimodal_fields=None, has_tool_images=False) -> GenerationPlan:
     """The one decision of how ``trainer`` generates a batch: TRL's path (and why), or the fast path, with CUDA
-    graphs where ``cuda_graph_generation`` is on, the device has a recorder (`gtpo.graph_decode.graph_recorder`:
+    graphs where ``cuda_graph_generation`` is on, the device has a recorder (`gtpo.decoding.graph.graph_recorder`:
     CUDA; a CPU runs `decode`, dropping ended rows) and the model's cache is all full-attention layers."""
     why = _trl_reason(trainer, images, multimodal_fields, has_tool_images)
     if why is not None:
@@ -203,8 +210,8 @@ def generate_single_turn(
 
 
 def fast_generate(trainer, prompt_ids: list[list[int]], recorder=None) -> tuple[list[list[int]] | None, str | None]:
-    """TRL's transformers branch through `gtpo.sampling.decode` (or, given a step ``recorder``,
-    `gtpo.graph_decode.decode_static` replaying recorded steps), in the contexts TRL opens. Returns (completion
+    """TRL's transformers branch through `gtpo.decoding.sampling.decode` (or, given a step ``recorder``,
+    `gtpo.decoding.graph.decode_static` replaying recorded steps), in the contexts TRL opens. Returns (completion
     ids, None), or (None, why) when the config `generate` would prepare (the model's own generation defaults
     merged in) or one of its processors cannot be used (checked before any compute)."""
     from trl.extras.profiling import profiling_context

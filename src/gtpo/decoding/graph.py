@@ -5,7 +5,7 @@ token step for Qwen2.5-1.5B's config at 8 and 64 rows, 19 times one read of its 
 step's launches as one. A graph needs the same shapes and the same memory at every step, so this path keeps every
 row in the batch (an ended row is fed padding, as `generate` does, and its tokens are dropped afterwards), writes
 keys and values into a cache of the full length in place (:class:`FixedLayer`), and feeds the step through buffers
-it rewrites in place (tokens, positions, the full-width attention mask, the write position). `gtpo.sampling.decode`
+it rewrites in place (tokens, positions, the full-width attention mask, the write position). `sampling.decode`
 stays the path on a CPU, where dropping ended rows is what saves time.
 
 The write position is the decode loop's, not the cache's: transformers' `StaticLayer` advances its own counter inside
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from gtpo.sampling import Choose, DecodeStats, left_pad
+from gtpo.decoding.sampling import Choose, DecodeStats, left_pad
 
 
 @functools.cache
@@ -181,7 +181,7 @@ class _Buffers:
 
 def _reuse_key(model, batch: int, length: int, width: int, recorder) -> tuple:
     """What a kept graph depends on: the shapes, the recorder, autocast, and the memory of every weight and buffer it
-    reads (a graph replays reads of fixed addresses: `gtpo.sampling.merged_lora` gives merged weights new tensors, so
+    reads (a graph replays reads of fixed addresses: `sampling.merged_lora` gives merged weights new tensors, so
     a LoRA policy's graph is kept only while its merged weights land at the same addresses)."""
     tensors = [*model.parameters(), *model.buffers()]
     weights = tuple((t.data_ptr(), t.dtype) for t in tensors)
@@ -226,11 +226,11 @@ def decode_static(
     use_graph: bool = True,
     recorder: Callable | None = None,
 ) -> list[list[int]]:
-    """`gtpo.sampling.decode`'s contract (same arguments, same completions for the same draws) with fixed shapes.
+    """`sampling.decode`'s contract (same arguments, same completions for the same draws) with fixed shapes.
 
     Args:
         model, prompts, choose, max_new_tokens, eos_token_ids, pad_token_id, processors, pad_to_multiple_of, stats:
-            as `gtpo.sampling.decode`.
+            as `gtpo.decoding.sampling.decode`.
         use_graph: record each step from the third on with the device's recorder (:func:`graph_recorder`: a
             :class:`CudaGraph` on CUDA, none on a CPU) and replay it; False: every step eager.
         recorder: what records a step (``recorder(forward) -> replay``) in place of the device's, on any device
