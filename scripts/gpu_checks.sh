@@ -12,7 +12,8 @@
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
-#      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47).
+#      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
+#      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept).
 #   Not in the default run, named in GPU_CHECKS: `fsdp`, `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
 #      on one GPU under configs/accelerate/fsdp.yaml (FSDP2), zero2.yaml, zero3.yaml, on replayed completions, against
 #      the unsharded run: loss, gradient norm and GTPO's metrics per step and the reloaded saved model, within the

@@ -223,3 +223,22 @@ def test_step_ratio_is_the_median_of_per_repetition_ratios_not_a_ratio_of_median
     assert lines[1].startswith("gtpo / trl, forward: 1.000x")
     few = {arm: {k: v[:2] for k, v in t.items()} for arm, t in times.items()}
     assert "no interval under 6 repetitions" in bench_loss_step._ratio_lines(few, "trl", 2)[0]
+
+
+# ------------------------------------------------------------------------------------- the steady decode step
+
+
+def test_steady_step_differences_out_the_prefill_and_skips_the_capturing_repetition():
+    """bench_decode_graph's steady-state replayed step: a call costs prefill P + steps x step S (+ capture C in the
+    first repetition); (full - half) / (step difference) is S whatever P and C, from the second repetition on."""
+    import bench_decode_graph
+
+    prefill, step, capture = 0.050, 0.002, 0.400
+    full = [(capture + prefill + 128 * step, 128), (prefill + 128 * step, 128), (prefill + 128 * step + 0.001, 128)]
+    half = [(capture + prefill + 64 * step, 64), (prefill + 64 * step, 64), (prefill + 64 * step, 64)]
+    # Repetitions 2 and 3 give 2 ms and 2 ms + 1 ms / 64; their median is the mean of the two.
+    assert bench_decode_graph.steady_step(full, half) == pytest.approx(step + 0.001 / 64 / 2)
+    # One repetition only: it is used (capture included in both calls, so it cancels too).
+    assert bench_decode_graph.steady_step(full[:1], half[:1]) == pytest.approx(step)
+    # Rows that ended as early in both calls leave nothing to difference.
+    assert bench_decode_graph.steady_step([(0.1, 5), (0.1, 5)], [(0.09, 5), (0.09, 5)]) is None
