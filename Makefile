@@ -7,12 +7,12 @@ setup:
 train: setup
 	.venv/bin/gtpo train
 
-# The suite minus the tests marked slow (each over ~9 s alone on a 2-core CPU): the quick check before a commit.
+# The suite minus the tests marked slow (each over ~5 s alone on a 2-core CPU): the quick check before a commit.
 test: setup lint
 	.venv/bin/python -m pytest -q -m "not slow"
 
 # The tests marked slow: SmolLM2 end to end, two DDP ranks and two machines, kill -9 and resume, `gtpo compare`
-# end to end and every committed study re-aggregated. CI runs them after `make test`.
+# end to end, every committed study re-aggregated, figures rendered. CI runs them after `make test`.
 test-slow: setup
 	.venv/bin/python -m pytest -q -m slow
 

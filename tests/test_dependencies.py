@@ -4,6 +4,7 @@ in an optional extra and then imported only inside functions (so `import gtpo...
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from importlib.metadata import packages_distributions
@@ -29,6 +30,7 @@ def declared() -> tuple[set[str], dict[str, set[str]]]:
     return {_name(r) for r in project["dependencies"]}, extras
 
 
+@functools.cache  # the source does not change during a run; each scan parses every file
 def imports() -> dict[str, set[str]]:
     """Top-level third-party import name -> {"module" if imported at module level anywhere, "function"}."""
     found: dict[str, set[str]] = {}
@@ -49,10 +51,15 @@ def imports() -> dict[str, set[str]]:
     return found
 
 
+@functools.cache  # reads every installed distribution's metadata: once a run, not once an import name
+def _packages_distributions() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
 def distribution(import_name: str) -> str:
     if import_name in NOT_INSTALLED:
         return NOT_INSTALLED[import_name]
-    dists = packages_distributions().get(import_name)
+    dists = _packages_distributions().get(import_name)
     assert dists, f"{import_name} is imported by src/gtpo but no installed distribution provides it"
     return dists[0].lower().replace("_", "-")
 

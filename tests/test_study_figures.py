@@ -685,6 +685,7 @@ def test_study_f_is_complete_with_twenty_evaluated_pairs():
     assert (STUDY_F / "code-commit").read_text().strip().startswith("19f5ce3")
 
 
+@pytest.mark.slow
 def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     """By hand, independent of the analysis script: d_S = 100 x (gtpo-guard - grpo) pass@1 from the 40 results.json
     files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the summary, the study

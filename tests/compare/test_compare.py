@@ -134,6 +134,7 @@ def test_held_out_pass_and_maj_at_k_enter_the_summary_in_percent(study):
     assert "| entropy | pass@1 % | pass@2 % | maj@1 % | maj@2 % |" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_summary_files_and_figures_are_written_and_partial_studies_say_so(study):
     spec, out = study
     compare_report.aggregate(spec, out, window=2)

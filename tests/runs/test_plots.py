@@ -32,6 +32,7 @@ def write_run(directory, steps: int = 30, gtpo: bool = True, kl: bool = False) -
         f.write(json.dumps({"step": steps, "train_runtime": 123.0}) + "\n")  # the trainer's closing summary
 
 
+@pytest.mark.slow
 def test_two_runs_give_every_figure_as_png(tmp_path):
     write_run(tmp_path / "gtpo")
     write_run(tmp_path / "grpo", gtpo=False, kl=True)

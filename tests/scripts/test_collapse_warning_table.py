@@ -112,6 +112,7 @@ def test_verdicts(script):
     assert result(15, [], [[9, None]], scored=[]).verdict == "warned, not judged"
 
 
+@pytest.mark.slow
 def test_inspect_doc_table_is_the_scripts_output_on_the_committed_runs(script):
     """docs/inspect.md's table and default-run lines are what `collapse_warning_table.py` prints now; the counts
     add up (each judged run has one verdict, a failed run is a hit, late or missed)."""
