@@ -31,3 +31,21 @@ def test_the_figures_are_the_metrics_files_own_numbers():
     assert len(rewards) == 40
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert f"{first:.2f} → {last:.2f}" in FIGURES.training_table()
+
+
+def test_the_make_train_figures_are_its_committed_metrics():
+    """The `make train` row's newest figures (docs/offline-default-run.md, README) are the committed run's own: the
+    first and last 10 steps' means of reward, format and accuracy, and the collapse warning off at every step."""
+    run = ROOT / "docs" / "measurements" / "make-train-20261127-avx512f"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if "reward" in row]
+    assert len(steps) == 40
+    page = (ROOT / "docs" / "offline-default-run.md").read_text()
+    for key, name in (("reward", "reward"), ("rewards/format_reward/mean", "format"),
+                      ("rewards/accuracy_reward/mean", "accuracy")):  # fmt: skip
+        values = [row[key] for row in steps]
+        figure = f"{name} {sum(values[:10]) / 10:.2f} → {sum(values[-10:]) / 10:.2f}"
+        assert figure in page, figure
+    assert {row["monitor/collapse_warning"] for row in steps} == {0}
+    record = json.loads((run / "run.json").read_text())
+    assert record["code"]["git_commit"].startswith("5773f05") and record["args"]["GTPOConfig"]["bf16"] is False
