@@ -89,6 +89,47 @@ def _recording(seeds, seen):
     return wrapped
 
 
+def test_a_completion_is_cut_after_its_first_eos_by_hand():
+    from gtpo.decoding.graph import until_eos
+
+    assert until_eos([5, 2, 0, 0], [2]) == [5, 2]
+    assert until_eos([5, 6, 9], [2]) == [5, 6, 9]  # never ended: every token
+    assert until_eos([2, 2], [2]) == [2]
+    assert until_eos([4, 3, 7, 7], [7, 3]) == [4, 3]  # the first of any EOS id
+    assert until_eos([4, 0, 0], [0]) == [4, 0]  # padding that is also the EOS id
+
+
+def test_replayed_steps_look_at_the_rows_end_every_few_steps_and_keep_the_completions(model_and_tokenizer):
+    """Issue 47 (the host syncs of a replayed step): where steps are replayed, the loop asks the device whether every
+    row has ended only every END_CHECK_EVERY steps, and copies the tokens to the host once. Every row is made to end
+    at step 5: the eager path stops there, the replayed one at step 8, fed padding; the completions are the same."""
+    import gtpo.decoding.graph as graph_decode
+
+    model, tokenizer = model_and_tokenizer
+    graph_decode.forget_graphs(model)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    prompts, seeds = _prompts(tokenizer), list(range(8))
+
+    def ending_at_step_5(calls):
+        choose = per_row_choice(seeds)
+
+        def wrapped(scores, rows):
+            calls.append(len(rows))
+            tokens = choose(scores, rows)
+            return torch.full_like(tokens, eos) if len(calls) == 5 else tokens
+
+        return wrapped
+
+    eager_calls, replay_calls = [], []
+    eager = decode_static(model, prompts, ending_at_step_5(eager_calls), 32, [eos], pad, use_graph=False)
+    stats = DecodeStats()
+    got = decode_static(model, prompts, ending_at_step_5(replay_calls), 32, [eos], pad, recorder=RunTwice, stats=stats)
+    assert got == eager and all(1 <= len(c) <= 5 and c[-1] == eos for c in got)
+    assert len(eager_calls) == 5 and len(replay_calls) == graph_decode.END_CHECK_EVERY == 8
+    assert stats.row_steps == 8 * len(prompts) and stats.useful_row_steps == sum(len(c) for c in got)
+    graph_decode.forget_graphs(model)
+
+
 def test_a_step_run_twice_as_warm_up_and_replay_computes_the_same_scores(model_and_tokenizer):
     """Every step's scores equal the eager fixed-shape path's bit for bit, and the tokens `decode`'s. Scores, not only
     tokens: with the first attempt's cache the tokens of this test still matched (the tiny model's scores moved by up

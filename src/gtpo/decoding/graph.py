@@ -212,6 +212,19 @@ def forget_graphs(model) -> None:
     _kept.pop(model, None)
 
 
+# Where steps are replayed, how often the loop asks whether every row has ended (a copy to the host that waits for
+# the device): up to END_CHECK_EVERY - 1 steps run after the last row ended, fed padding, and change no completion.
+END_CHECK_EVERY = 8
+
+
+def until_eos(tokens: list[int], eos_token_ids: Sequence[int]) -> list[int]:
+    """A row's completion: its tokens up to and including the first EOS, or all of them (the row never ended; the
+    padding an ended row is fed comes after its EOS and is cut)."""
+    eos = set(eos_token_ids)
+    end = next((i for i, token in enumerate(tokens) if token in eos), None)
+    return tokens if end is None else tokens[: end + 1]
+
+
 @torch.no_grad()
 def decode_static(
     model,
@@ -237,7 +250,8 @@ def decode_static(
             (the CPU tests pass a stand-in that runs the step twice, as warm-up and capture do). A recorded step is
             kept with its buffers for the next call of the same shape (batch, padded prompt length, width) on the
             same weights, which replays it from its first step without recording anew (:data:`KEPT_SHAPES` shapes
-            a model).
+            a model). With a recorder the loop asks whether every row has ended every :data:`END_CHECK_EVERY`
+            steps, not every step (the same completions; the extra steps are fed padding).
 
     Returns:
         B lists of token ids, each up to and including its first EOS, or ``max_new_tokens`` tokens.
@@ -264,29 +278,34 @@ def decode_static(
     )  # fmt: skip
     logits = out.logits[:, -1].float()
     step.positions[:, 0] = positions[:, -1]
-    rows = torch.arange(batch, device=device)
+    # Every row stays in the batch, so the rows' indices never change: kept on the host, where a sampler that reads
+    # them (`rows.tolist()`) does not wait for the device.
+    rows = torch.arange(batch)
     eos = torch.tensor(list(eos_token_ids), device=device, dtype=torch.long)
     sequences = ids
-    completions: list[list[int]] = [[] for _ in range(batch)]
+    # The tokens stay on the device until the loop ends (one copy to the host, not one a step), and where steps are
+    # replayed the end of every row is looked at every END_CHECK_EVERY steps only: each look waits for the device.
+    generated = torch.full((batch, max_new_tokens), int(pad_token_id), dtype=torch.long, device=device)
+    check_every = END_CHECK_EVERY if recorder is not None else 1
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
         scores = processors(sequences, logits) if processors else logits
         tokens = choose(scores, rows).masked_fill(ended, int(pad_token_id))  # (B,) an ended row is fed padding
+        generated[:, t] = tokens
         steps += 1
-        for r, token, done in zip(range(batch), tokens.tolist(), ended.tolist(), strict=True):
-            if not done:
-                completions[r].append(token)
         ended = ended | torch.isin(tokens, eos)
-        if t == max_new_tokens - 1 or bool(ended.all()):
+        if t == max_new_tokens - 1 or (steps % check_every == 0 and bool(ended.all())):
             break
-        sequences = torch.cat([sequences, tokens[:, None]], dim=1)
+        if processors:  # only processors read the tokens so far
+            sequences = torch.cat([sequences, tokens[:, None]], dim=1)
         # The step's inputs, written in place before it runs (a replayed graph reads these very tensors).
         step.tokens.copy_(tokens[:, None])
         step.positions.add_(1)
         position.fill_(length + t)
         mask[:, length + t] = 1
         logits = step()
+    completions = [until_eos(row, eos_token_ids) for row in generated[:, :steps].tolist()]
     if stats is not None:
         longest = max(len(c) for c in completions)
         stats.add(
