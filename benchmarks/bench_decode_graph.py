@@ -95,8 +95,7 @@ def main(argv=None) -> None:
     for rows in args.rows:
         prompts = [list(range(2, 2 + args.prompt))] * rows
         seeds = list(range(rows))
-        times = {name: [] for name in arms}
-        whole = {name: [] for name in arms}  # (seconds, steps) of each call
+        calls = {name: [] for name in arms}  # (seconds, steps) of each call
         outputs = {}
         for _ in range(args.reps):
             for arm, run in arms.items():
@@ -106,12 +105,14 @@ def main(argv=None) -> None:
                 start = watch.mark()
                 outputs[arm] = run(prompts, seeds)
                 end = watch.mark()
-                steps = max(len(c) for c in outputs[arm])
-                times[arm].append(watch.seconds(start, end) / steps)
-                whole[arm].append((watch.seconds(start, end), steps))
+                calls[arm].append((watch.seconds(start, end), max(len(c) for c in outputs[arm])))
         same = outputs["static-graph"] == outputs["static-eager"]
-        step = {arm: statistics.median(t) for arm, t in times.items() if arm != "static-graph-half"}
-        steady = steady_step(whole["static-graph"], whole["static-graph-half"])
+        step = {
+            arm: statistics.median(seconds / steps for seconds, steps in timed)
+            for arm, timed in calls.items()
+            if arm != "static-graph-half"
+        }
+        steady = steady_step(calls["static-graph"], calls["static-graph-half"])
         if steady is not None:
             step["steady replayed graph"] = steady
         line = ", ".join(f"{arm} {1e3 * s:.2f} ms" for arm, s in step.items())
