@@ -7,22 +7,27 @@ or a new record with a failure of GTPO's own, fails here instead of the docs goi
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "measurements" / "trl-compat-20261128"
 
 
+def _record(name: str) -> dict:
+    return json.loads((RECORD / name).read_text())
+
+
 def _tests(name: str) -> dict[str, dict]:
-    return json.loads((RECORD / name).read_text())["tests"]
+    return _record(name)["tests"]
 
 
 def test_the_page_quotes_the_committed_counts():
-    tests = _tests("summary.json")
-    counts: dict[str, int] = {}
-    for result in tests.values():  # recounted from the per-test outcomes, not read from the file's own counts
-        counts[result["outcome"]] = counts.get(result["outcome"], 0) + 1
-    assert counts == json.loads((RECORD / "summary.json").read_text())["counts"]
+    record = _record("summary.json")
+    tests = record["tests"]
+    # Recounted from the per-test outcomes, not read from the file's own counts.
+    counts = dict(Counter(result["outcome"] for result in tests.values()))
+    assert counts == record["counts"]
     quoted = "`counts: " + json.dumps(counts, sort_keys=True) + "` of " + str(len(tests)) + " tests"
     assert quoted in (ROOT / "docs" / "python-api.md").read_text(), quoted
 
