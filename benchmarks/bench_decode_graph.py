@@ -63,6 +63,11 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen1.5b")
     parser.add_argument("--sampler", choices=("per-row", "multinomial"), default="per-row")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="after the timing, profile one warm static-graph decode at the last row count (torch.profiler: the top "
+        "ops by device time, then by host time), to show where a replayed step's time goes",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     from gtpo.decoding.graph import decode_static
     from gtpo.decoding.sampling import decode
@@ -124,8 +129,28 @@ def main(argv=None) -> None:
             f"{rows} rows, {args.tokens} tokens: a token step {line}; {against}; graph tokens == eager static "
             f"tokens: {same} ({expected})"
         )
+    if args.profile:  # the graph of this shape is kept from the timing above, so this profiles replays, no capture
+        profile_decode(lambda: arms["static-graph"](prompts, seeds), device, f"{rows} rows, {args.tokens} tokens")
     if any_bug(printed):
         sys.exit("a step came out under one read of the weights: the timing or the byte count is wrong (above)")
+
+
+def profile_decode(run, device: torch.device, what: str) -> None:
+    """Print torch.profiler's table of one call of ``run`` (a warm static-graph decode): by device time (the
+    replayed graphs' kernels and the sampling's, as CUPTI reports them) and by host time (launches, syncs)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    table = profiler.key_averages()
+    if device.type == "cuda":
+        print(f"profile of one static-graph decode ({what}), by device time:")
+        print(table.table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60))
+    print(f"profile of one static-graph decode ({what}), by host time:")
+    print(table.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
 
 
 def steady_step(full: list[tuple[float, int]], half: list[tuple[float, int]]) -> float | None:

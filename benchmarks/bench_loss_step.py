@@ -21,10 +21,11 @@ Both arms score the SAME completions (sampled once, then replayed), so they do t
   it), beside this tree's `gtpo` in one process on the same device: a regression between two commits shows as a
   ratio with its interval. `--baseline-src DIR` takes a folder holding another version's `gtpo/` package instead
   (a machine without the git history).
-Each repetition times, arm after arm, `compute_loss` (the forward; GTPO's own work, spans and `core.gtpo_loss`,
-is timed inside it by the host clock and printed apart) and `loss.backward()` on one micro-batch of the generation
-batch. No optimizer step is taken, so the weights, and so every arm's inputs, stay the same. Times are CUDA events
-on a GPU (the device's clock, no host jitter) and the wall clock on a CPU.
+Each repetition times, arm after arm (the order rotating by one each repetition), `compute_loss` (the forward;
+GTPO's own work, spans and `core.gtpo_loss`, is timed inside it by the host clock and printed apart) and
+`loss.backward()` on one micro-batch of the generation batch. No optimizer step is taken, so the weights, and so
+every arm's inputs, stay the same. Times are CUDA events on a GPU (the device's clock, no host jitter) and the wall
+clock on a CPU.
 
 The figure: each arm's forward + backward divided by the reference arm's (`--reference`, TRL's by default) IN THE
 SAME REPETITION, and the median of those ratios with its 95 % sign-test interval and the spread of the single
@@ -265,14 +266,25 @@ def _time_own_work(versions) -> dict:
     return own
 
 
+def turn_order(arms: list[str], rep: int) -> list[str]:
+    """The arms' order in repetition ``rep``: rotated by one each repetition, so that over the repetitions every
+    arm runs in every position equally often (to within one). Where the step waits on the host (the 2-layer shape
+    on a GPU), a fixed order can favour a position: on one H100 (2026-11-28) two arms that took the same padded
+    path differed by 1.18x in fixed order (trl, gtpo, gtpo-padded)."""
+    shift = rep % len(arms)
+    return arms[shift:] + arms[:shift]
+
+
 def _time_arms(trainers, versions, reps: int, device: str) -> dict:
     """Per arm, per timed repetition: ``forward``, ``backward`` and GTPO's ``own`` seconds. Arms take turns within
-    each repetition; repetition 0 warms up and is dropped."""
+    each repetition, in an order that rotates by one each repetition (:func:`turn_order`); repetition 0 warms up
+    and is dropped."""
     watch = Stopwatch(device)
     own = _time_own_work(versions)
     times = {arm: {"forward": [], "backward": [], "own": []} for arm in trainers}
     for rep in range(reps + 1):
-        for arm, (trainer, batch) in trainers.items():
+        for arm in turn_order(list(trainers), rep):
+            trainer, batch = trainers[arm]
             with versions[arm].active():
                 own["t"] = 0.0
                 trainer.model.zero_grad(set_to_none=True)

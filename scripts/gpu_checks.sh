@@ -13,14 +13,18 @@
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
-#      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept).
+#      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept); then a
+#      profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
 #   Not in the default run, named in GPU_CHECKS: `fsdp`, `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
 #      on one GPU under configs/accelerate/fsdp.yaml (FSDP2), zero2.yaml, zero3.yaml, on replayed completions, against
 #      the unsharded run: loss, gradient norm and GTPO's metrics per step and the reloaded saved model, within the
 #      tolerance tests/scripts/sharded_worker.py states (float32); 3 minutes each at most (timeout 180). DeepSpeed is
 #      installed from .whl/ when missing (a wheel without compiled ops; docs/recipes.md says how to build it).
-# Time: about 9 minutes for these groups on an H100, an estimate from the logged runs (docs/performance.md, "GPU
-# checks"); status.txt records each step's seconds, so a run measures it. Over 10 minutes, run it in two calls.
+# Time, measured on one H100 on 2026-11-28 (docs/measurements/gpu-h100-20261128/status.txt): tests 43 s, e2e 46 s,
+#   decode 154 s, step about 160 s (the 3B run's seconds were cut off; head not run, about 1 minute by earlier logs),
+#   fsdp + zero2 + zero3 209 s: over 10 minutes in one sequential call. Either two calls, or the sharded groups in
+#   one process beside "tests e2e" in another (different LOG_DIRs; they share no port) and then the timed groups
+#   alone, as that run did (its README has the commands). status.txt records each step's seconds.
 # Usage, from the repository root, with gtpo's dependencies importable by $PYTHON (default python3):
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
 #   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
@@ -95,7 +99,7 @@ results = sorted((Path(sys.argv[1]) / "e2e-eval").rglob("results.json"))
 assert results, "no results.json from gtpo eval"
 print("e2e eval:", results[0].read_text()[:300].replace("\n", " "))
 EOF_CHECK
-want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128
+want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 --profile
 want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --sampler multinomial --reps 2
 # 6. Sharded training on one GPU (opt-in groups fsdp, zero2, zero3): reference, sharded run, comparison.

@@ -242,3 +242,38 @@ def test_steady_step_differences_out_the_prefill_and_skips_the_capturing_repetit
     assert bench_decode_graph.steady_step(full[:1], half[:1]) == pytest.approx(step)
     # Rows that ended as early in both calls leave nothing to difference.
     assert bench_decode_graph.steady_step([(0.1, 5), (0.1, 5)], [(0.09, 5), (0.09, 5)]) is None
+
+
+def test_decode_benchmark_profiles_a_warm_graph_decode_on_request(capsys):
+    """`--profile` (for the GPU check that finds where a replayed step's time goes) prints the profiler's table of
+    one more static-graph decode after the timing, by host time on a CPU (by device time too on CUDA), and the
+    timing lines stay as they were; without it no table is printed."""
+    import bench_decode_graph
+
+    args = ["--shape", "tiny", "--rows", "2", "--tokens", "4", "--prompt", "6", "--reps", "1"]
+    bench_decode_graph.main(args)
+    plain = capsys.readouterr().out
+    assert "2 rows, 4 tokens: a token step decode" in plain and "profile of" not in plain
+    bench_decode_graph.main([*args, "--profile"])
+    profiled = capsys.readouterr().out
+    assert "2 rows, 4 tokens: a token step decode" in profiled
+    assert "profile of one static-graph decode (2 rows, 4 tokens), by host time:" in profiled
+    assert "Self CPU time total" in profiled
+
+
+def test_step_benchmark_rotates_the_arms_turns_so_each_runs_in_every_position():
+    """bench_loss_step's arms take turns in an order rotated by one each repetition: over any len(arms) consecutive
+    repetitions each arm runs once in each position (a fixed order let a position's bias pass for a layout's cost),
+    and every repetition still runs every arm once, so the per-repetition pairing stays."""
+    import collections
+
+    import bench_loss_step
+
+    arms = ["trl", "gtpo", "gtpo-padded"]
+    orders = [bench_loss_step.turn_order(arms, rep) for rep in range(1, 31)]
+    assert all(sorted(order) == sorted(arms) for order in orders)
+    rotated = [["gtpo", "gtpo-padded", "trl"], ["gtpo-padded", "trl", "gtpo"], ["trl", "gtpo", "gtpo-padded"]]
+    assert orders[:3] == rotated
+    positions = collections.Counter((arm, order.index(arm)) for order in orders for arm in order)
+    assert set(positions.values()) == {10}  # 30 repetitions: each arm 10 times in each of the 3 positions
+    assert bench_loss_step.turn_order(["only"], 7) == ["only"]
