@@ -63,7 +63,12 @@ def _fixed_layer_class():
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            slots = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
+            # A decoding step writes one slot, the position itself: a view, no kernel (an arange and an add would be
+            # 2 of the ~44 kernels a Qwen2 layer launches per step, and a replayed step is bound by their count).
+            if key_states.shape[-2] == 1:
+                slots = self.cumulative_length.reshape(1)
+            else:
+                slots = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
             self.keys.index_copy_(2, slots, key_states)
             self.values.index_copy_(2, slots, value_states)
             return self.keys, self.values
