@@ -19,6 +19,12 @@ from the second repetition on (both graphs kept from the first, so no capture, t
 gives (time of the full decode - time of the half) / (steps - half steps): the prefill and the call's fixed costs
 cancel, what is left is a replayed step with its sampling and host work.
 
+``--compile BACKEND`` adds an arm, ``compiled-graph``: the same fixed-shape decode with the model's forward passed
+through ``torch.compile(model, backend=BACKEND, dynamic=False)`` before the step is captured (inductor on a GPU
+fuses the step's elementwise kernels: RMSNorm, the rotary embedding, SiLU, the residual adds). Its figure is the
+whole decode over its steps, the median over the repetitions (the first compiles and captures: run 3 or more), and
+the line says whether its tokens equal the uncompiled graph's (fused kernels round differently, so they need not).
+
 Samplers (``--sampler``): ``per-row`` (`sampling.per_row_choice`, one seeded generator a row, as evaluation's
 per-sample seeds) and ``multinomial`` (`sampling.multinomial_choice`, training's draw on the global generator).
 """
@@ -64,6 +70,10 @@ def main(argv=None) -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen1.5b")
     parser.add_argument("--sampler", choices=("per-row", "multinomial"), default="per-row")
     parser.add_argument(
+        "--compile", default=None, metavar="BACKEND",
+        help="add the arm compiled-graph: the model's forward through torch.compile(backend=BACKEND) before capture",
+    )  # fmt: skip
+    parser.add_argument(
         "--profile", action="store_true",
         help="after the timing, profile one warm static-graph decode at the last row count (torch.profiler: the top "
         "ops by device time, then by host time), to show where a replayed step's time goes",
@@ -95,6 +105,11 @@ def main(argv=None) -> None:
             model, p, _choose(args.sampler, s, device), args.tokens // 2, [0], 1
         ),
     }
+    if args.compile:
+        compiled = torch.compile(model, backend=args.compile, dynamic=False)
+        arms["compiled-graph"] = lambda p, s: decode_static(
+            compiled, p, _choose(args.sampler, s, device), args.tokens, [0], 1
+        )
     watch = Stopwatch(device.type)
     printed = []
     for rows in args.rows:
@@ -112,6 +127,7 @@ def main(argv=None) -> None:
                 end = watch.mark()
                 calls[arm].append((watch.seconds(start, end), max(len(c) for c in outputs[arm])))
         same = outputs["static-graph"] == outputs["static-eager"]
+        compiled_same = outputs["compiled-graph"] == outputs["static-graph"] if args.compile else None
         step = {
             arm: statistics.median(seconds / steps for seconds, steps in timed)
             for arm, timed in calls.items()
@@ -125,9 +141,10 @@ def main(argv=None) -> None:
         printed.append(against)
         # With the global generator the graph draws from the same distribution, not the same numbers, as eager.
         expected = "expected" if args.sampler == "per-row" else "not expected with the global generator"
+        compiled_text = "" if compiled_same is None else f"; compiled graph tokens == graph tokens: {compiled_same}"
         print(
             f"{rows} rows, {args.tokens} tokens: a token step {line}; {against}; graph tokens == eager static "
-            f"tokens: {same} ({expected})"
+            f"tokens: {same} ({expected}){compiled_text}"
         )
     if args.profile:  # the graph of this shape is kept from the timing above, so this profiles replays, no capture
         profile_decode(lambda: arms["static-graph"](prompts, seeds), device, f"{rows} rows, {args.tokens} tokens")

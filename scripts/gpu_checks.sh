@@ -15,7 +15,10 @@
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
 #      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept); then a
 #      profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
-#   Not in the default run, named in GPU_CHECKS: `fsdp`, `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
+#   Not in the default run, named in GPU_CHECKS: `compile`: the decoding step of 5. with the model's forward compiled
+#      by inductor before capture (the arm compiled-graph beside the uncompiled one, 8 and 64 rows, 3 repetitions;
+#      the compile adds minutes): does fusing the step's ~1,265 kernels bring it under 3x the floor? And `fsdp`,
+#      `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
 #      on one GPU under configs/accelerate/fsdp.yaml (FSDP2), zero2.yaml, zero3.yaml, on replayed completions, against
 #      the unsharded run: loss, gradient norm and GTPO's metrics per step and the reloaded saved model, within the
 #      tolerance tests/scripts/sharded_worker.py states (float32); 3 minutes each at most (timeout 180). DeepSpeed is
@@ -102,6 +105,8 @@ EOF_CHECK
 want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 --profile
 want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --sampler multinomial --reps 2
+want compile && step decode-compiled "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
+    --compile inductor --reps 3
 # 6. Sharded training on one GPU (opt-in groups fsdp, zero2, zero3): reference, sharded run, comparison.
 for sharded in fsdp zero2 zero3; do
     want $sharded && rm -rf "${log_dir:?}/$sharded"
@@ -119,6 +124,7 @@ for name in head-logprob head-differentiable head-16k step-t07 qwen-t07 qwen-t1 
 done
 want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
 want decode && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-graph*.log
+want compile && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-compiled.log
 for sharded in fsdp zero2 zero3; do
     want $sharded && grep -h -E "^(DistributedType|step [0-9]|reloaded|sharded check|  )" "$log_dir/$sharded.log"
 done

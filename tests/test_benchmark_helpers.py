@@ -10,6 +10,7 @@ no wider than it must be (issue 47, item 3).
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -277,3 +278,17 @@ def test_step_benchmark_rotates_the_arms_turns_so_each_runs_in_every_position():
     positions = collections.Counter((arm, order.index(arm)) for order in orders for arm in order)
     assert set(positions.values()) == {10}  # 30 repetitions: each arm 10 times in each of the 3 positions
     assert bench_loss_step.turn_order(["only"], 7) == ["only"]
+
+
+def test_decode_benchmark_compiled_arm_decodes_through_the_compiled_model(capsys):
+    """`--compile BACKEND` (the GPU check of whether fusing the step's kernels brings the replayed step under 3x its
+    floor) adds the arm compiled-graph, decoded through torch.compile'd forward, and says whether its tokens equal
+    the uncompiled graph's. Backend "eager" here: dynamo traces the fixed cache's step (what the GPU's inductor
+    needs) without a C++ compile; float32 on a CPU gives the same tokens."""
+    import bench_decode_graph
+
+    bench_decode_graph.main(["--shape", "tiny", "--rows", "2", "--tokens", "4", "--prompt", "6", "--reps", "2",
+                             "--compile", "eager"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert re.search(r"compiled-graph [\d.]+ ms", out), out
+    assert "compiled graph tokens == graph tokens: True" in out
