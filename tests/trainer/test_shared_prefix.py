@@ -525,3 +525,29 @@ def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(mo
     ids, mask = torch.zeros(8, 454, dtype=torch.long), torch.ones(8, 454, dtype=torch.long)
     result = shared_prefix.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 251, None, True, False, {})
     assert result == "padded" and calls == [(8, 454)]
+
+
+def test_packed_sampling_entropies_land_where_trl_padded_ones_do(tmp_path, tiny_model_path):
+    """At T = 0.7 the single-pass head sets aside the tempered (sampling) entropies, TRL's `entropy` metric, for the
+    rows it projects; the packed layout projects only its scored positions (host-planned indices, no sync) and lays
+    them back out in TRL's (B, L-1) layout. Each completion token's value must be the one TRL's padded layout gives
+    that token: a permutation among the scored positions would keep every mean and move every token."""
+    from gtpo.trainer import untempered
+
+    trainer = GTPOTrainer(
+        model=tiny_model_path, reward_funcs=table_reward, train_dataset=make_dataset(8),
+        args=GTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=4,
+                        per_device_train_batch_size=8, max_completion_length=K, temperature=0.7),
+    )  # fmt: skip
+    model = trainer.model
+    ids, mask = _batch(model.config.vocab_size)
+    scored = untempered.scored_positions(mask, K)
+    laid_out = []
+    for score in (trainer._get_per_token_logps_and_entropies, lambda *a, **k: _trl(trainer, *a[:3], **k)):
+        with untempered.untempered_entropy(True, False, scored) as capture:
+            score(model, ids, mask, K, compute_entropy=True)
+        assert len(capture.sampling) == 1
+        laid_out.append(untempered.completion_layout(capture.sampling[0], mask, K))  # (B, K)
+    packed, padded = laid_out
+    assert (padded[mask[:, PROMPT:] == 1] > 0).all()  # real entropies, distinct per token
+    assert torch.allclose(packed, padded, rtol=1e-5, atol=1e-6), (packed - padded).abs().max()

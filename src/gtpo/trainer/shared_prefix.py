@@ -42,6 +42,8 @@ class PackedBatch:
         position_ids: (1, N) long: each token's column in TRL's padded row.
         shift_labels: (1, N) long: the next-token label of each position, -100 where nothing is scored.
         source: (B, K) long: the packed position that scores completion token (b, k), -1 where (b, k) is padding.
+        scored_index: (M,) long, ascending: the packed positions that carry a label (where :attr:`scored` is True),
+            planned on the host, so that selecting them takes no host sync (boolean indexing would take one).
         prompts: the number of distinct prompts (prefixes) packed.
         segment: (N,) long: the batch row a position's segment belongs to, -1 in a prefix.
         prompt_of: (N,) long: the prefix (distinct prompt) each position belongs to.
@@ -52,6 +54,7 @@ class PackedBatch:
     position_ids: torch.Tensor
     shift_labels: torch.Tensor
     source: torch.Tensor
+    scored_index: torch.Tensor
     prompts: int
     segment: torch.Tensor
     prompt_of: torch.Tensor
@@ -81,6 +84,11 @@ class PackedBatch:
     def scored(self) -> torch.Tensor:
         """(N,) bool: the positions with a label."""
         return self.shift_labels[0] != -100
+
+    def scatter_scored(self, values: torch.Tensor) -> torch.Tensor:
+        """(M,) values of the scored positions -> (N,), zeros elsewhere (``masked_scatter`` by :attr:`scored`,
+        without its host sync)."""
+        return values.new_zeros(self.length).index_copy(0, self.scored_index, values)
 
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
         """(1, N) per-position values -> (B, K) per completion token, 0 where (b, k) is padding (as TRL's)."""
@@ -133,17 +141,17 @@ def pack(
     device = input_ids.device
     batch, length = input_ids.shape
     prompt_width = length - logits_to_keep
-    prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
+    # One host transfer for what the layout is planned from (on a GPU the plan's only sync): the prompts' ids and
+    # the attention mask. Grouping, lengths and padding are then found on the host.
+    on_host = torch.cat([input_ids[:, :prompt_width], attention_mask], dim=1).cpu()
+    prompt_ids, mask = on_host[:, :prompt_width], on_host[:, prompt_width:]
+    prompt_mask = mask[:, :prompt_width]
     # Group rows by their prompt row (TRL shuffles rows, so a group's completions need not be adjacent).
     keys = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
     _, group_of_row = torch.unique(keys, dim=0, return_inverse=True)
-    # One host transfer for what the layout is planned from: each row's completion length, left padding and group.
-    completion_lengths, pads, group_of_row = (
-        [int(v) for v in values]
-        for values in torch.stack(
-            [attention_mask[:, prompt_width:].sum(dim=1), prompt_width - prompt_mask.sum(dim=1), group_of_row]
-        ).tolist()
-    )
+    completion_lengths = mask[:, prompt_width:].sum(dim=1).tolist()
+    pads = (prompt_width - prompt_mask.sum(dim=1)).tolist()
+    group_of_row = group_of_row.tolist()
     order: dict[int, list[int]] = {}
     for row, group in enumerate(group_of_row):
         order.setdefault(group, []).append(row)
@@ -170,17 +178,21 @@ def pack(
     row_of, column, segment, prompt_of = (plan[:, k].repeat_interleave(sizes) for k in (0, 1, 3, 4))
     column = column + within  # (N,) each position's column in the padded batch: its position id there
     source = torch.full((batch, logits_to_keep), -1, dtype=torch.long)
-    in_segment = segment >= 0
-    source[segment[in_segment], within[in_segment]] = torch.arange(offset)[in_segment]  # token k of row b: here
+    in_segment = segment >= 0  # a position is scored (has a label) exactly where it is in a segment
+    scored_index = torch.arange(offset)[in_segment]
+    source[segment[in_segment], within[in_segment]] = scored_index  # token k of row b: here
     # Then on the device: one copy of the plan, two gathers (a few kernels, where a loop over rows launched ~10 a row).
-    on_device = torch.cat([row_of, column, segment, prompt_of, source.reshape(-1)]).to(device)
-    row_of, column, segment, prompt_of, source = on_device.split([offset] * 4 + [source.numel()])
+    on_device = torch.cat([row_of, column, segment, prompt_of, source.reshape(-1), scored_index]).to(device)
+    row_of, column, segment, prompt_of, source, scored_index = on_device.split(
+        [offset] * 4 + [source.numel(), scored_index.numel()]
+    )
     labels = input_ids[row_of, column + 1].masked_fill(segment < 0, -100)  # the next column's token; none in a prefix
     return PackedBatch(
         input_ids=input_ids[row_of, column].unsqueeze(0),
         position_ids=column.unsqueeze(0),
         shift_labels=labels.unsqueeze(0),
         source=source.view(batch, logits_to_keep),
+        scored_index=scored_index,
         prompts=len(order),
         segment=segment,
         prompt_of=prompt_of,
@@ -241,10 +253,10 @@ def packed_is_cheaper(config, batch: int, length: int, packed_length: int, devic
 
 
 @contextlib.contextmanager
-def scoring_only(scored: torch.Tensor):
-    """Within the block, TRL's fused LM head projects only the packed positions where ``scored`` (N,) is True (on
-    devices without Triton TRL's fused forward scores every position, prefix positions too, and zeroes those outputs
-    afterwards, so skipping them changes no number). Configures the one `trl_adapter.HeadPatch`, whose entropy policy
+def scoring_only(scored: trl_adapter.ScoredPositions):
+    """Within the block, TRL's fused LM head projects only the packed positions ``scored`` names (on devices without
+    Triton TRL's fused forward scores every position, prefix positions too, and zeroes those outputs afterwards, so
+    skipping them changes no number). Configures the one `trl_adapter.HeadPatch`, whose entropy policy
     (`untempered`) stays as it is, and yields it."""
     with trl_adapter.fused_head() as head:
         saved = head.scored
@@ -321,7 +333,8 @@ def _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size) 
 
 def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
     """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
-    with scoring_only(packed.scored) as head, trainer.accelerator.autocast():
+    scored = trl_adapter.ScoredPositions(packed.scored_index, packed.length)
+    with scoring_only(scored) as head, trainer.accelerator.autocast():
         capture = None if head.entropy is None else head.entropy.capture  # `untempered`'s, if its policy is on
         seen = len(capture.sampling) if capture is not None else 0
         output = model(
@@ -341,8 +354,8 @@ def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_
     if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
         for index in range(seen, len(capture.sampling)):
             flat = capture.sampling[index]
-            if flat.numel() != packed.scored.numel():
-                flat = flat.new_zeros(packed.scored.shape).masked_scatter(packed.scored, flat)
+            if flat.numel() != packed.length:
+                flat = packed.scatter_scored(flat)
             full = flat.new_zeros(attention_mask.size(0), attention_mask.size(1) - 1)
             full[:, -logits_to_keep:] = packed.unpack(flat)
             capture.sampling[index] = full.reshape(-1)
