@@ -124,8 +124,19 @@ def layout_problem(attention_mask: torch.Tensor, logits_to_keep: int) -> str | N
     return None
 
 
+def host_copy(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """(B, P + L) on the host: the prompts' ids (P = L - K columns), then the attention mask; what :func:`pack` and
+    :func:`layout_problem` read, in one device-to-host copy (a GPU's one sync for both)."""
+    return torch.cat([input_ids[:, : input_ids.shape[1] - logits_to_keep], attention_mask], dim=1).cpu()
+
+
 def pack(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *, mask_dtype: torch.dtype | None = None
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    *,
+    mask_dtype: torch.dtype | None = None,
+    on_host: torch.Tensor | None = None,
 ) -> PackedBatch:
     """Pack a (B, L) batch of prompt + completion rows (TRL's layout) into one sequence; see the module docstring.
 
@@ -134,6 +145,7 @@ def pack(
         attention_mask: (B, L) 0/1 of the same layout (:func:`layout_problem` must return None for it).
         logits_to_keep: K.
         mask_dtype: None for a boolean mask (sdpa), or the float dtype of an additive mask (eager attention).
+        on_host: :func:`host_copy` of these rows, where the caller made one already; else it is made here.
 
     Returns:
         PackedBatch. Rows with the same prompt tokens (and padding) share one prefix, in order of first appearance.
@@ -141,9 +153,8 @@ def pack(
     device = input_ids.device
     batch, length = input_ids.shape
     prompt_width = length - logits_to_keep
-    # One host transfer for what the layout is planned from (on a GPU the plan's only sync): the prompts' ids and
-    # the attention mask. Grouping, lengths and padding are then found on the host.
-    on_host = torch.cat([input_ids[:, :prompt_width], attention_mask], dim=1).cpu()
+    # The layout is planned on the host from one copy of the prompts' ids and the mask (on a GPU its one sync).
+    on_host = host_copy(input_ids, attention_mask, logits_to_keep) if on_host is None else on_host
     prompt_ids, mask = on_host[:, :prompt_width], on_host[:, prompt_width:]
     prompt_mask = mask[:, :prompt_width]
     # Group rows by their prompt row (TRL shuffles rows, so a group's completions need not be adjacent).
@@ -291,7 +302,8 @@ def per_token_logps_and_entropies(
         # Decided from the shapes alone, before the layout checks and `pack`, whose host syncs are what a
         # host-bound GPU step would lose (4.8 ms of a 24 ms step at the paper-vocabulary shape on an H100).
         reason = "packing cannot save its own cost at this model's size on this device"
-    reason = reason or layout_problem(attention_mask, logits_to_keep)
+    on_host = None if reason is not None else host_copy(input_ids, attention_mask, logits_to_keep)
+    reason = reason or layout_problem(on_host[:, input_ids.shape[1] - logits_to_keep :], logits_to_keep)
     if reason is not None:
         _note(trainer, reason)
         return padded(
@@ -303,7 +315,7 @@ def per_token_logps_and_entropies(
     all_logps, all_entropies = [], []
     for start in range(0, input_ids.size(0), batch_size):
         ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-        packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype)
+        packed = pack(ids, mask, logits_to_keep, mask_dtype=mask_dtype, on_host=on_host[start : start + batch_size])
         if packed.length == 0:
             # One-token prompts (empty prefixes) and no unmasked completion token (mask_truncated_completions
             # masks truncated rows): nothing to run, and a model cannot take a 0-length sequence. TRL's padded
