@@ -43,7 +43,7 @@ class PackedBatch:
         shift_labels: (1, N) long: the next-token label of each position, -100 where nothing is scored.
         source: (B, K) long: the packed position that scores completion token (b, k), -1 where (b, k) is padding.
         scored_index: (M,) long, ascending: the packed positions that carry a label (where :attr:`scored` is True),
-            planned on the host, so that selecting them takes no host sync (boolean indexing would take one).
+            planned on the host, so that laying values out by them takes no host sync (``masked_scatter`` takes one).
         prompts: the number of distinct prompts (prefixes) packed.
         segment: (N,) long: the batch row a position's segment belongs to, -1 in a prefix.
         prompt_of: (N,) long: the prefix (distinct prompt) each position belongs to.
@@ -264,10 +264,10 @@ def packed_is_cheaper(config, batch: int, length: int, packed_length: int, devic
 
 
 @contextlib.contextmanager
-def scoring_only(scored: trl_adapter.ScoredPositions):
-    """Within the block, TRL's fused LM head projects only the packed positions ``scored`` names (on devices without
-    Triton TRL's fused forward scores every position, prefix positions too, and zeroes those outputs afterwards, so
-    skipping them changes no number). Configures the one `trl_adapter.HeadPatch`, whose entropy policy
+def scoring_only(scored: torch.Tensor):
+    """Within the block, TRL's fused LM head projects only the packed positions where ``scored`` (N,) is True (on
+    devices without Triton TRL's fused forward scores every position, prefix positions too, and zeroes those outputs
+    afterwards, so skipping them changes no number). Configures the one `trl_adapter.HeadPatch`, whose entropy policy
     (`untempered`) stays as it is, and yields it."""
     with trl_adapter.fused_head() as head:
         saved = head.scored
@@ -345,8 +345,7 @@ def _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size) 
 
 def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
     """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
-    scored = trl_adapter.ScoredPositions(packed.scored_index, packed.length)
-    with scoring_only(scored) as head, trainer.accelerator.autocast():
+    with scoring_only(packed.scored) as head, trainer.accelerator.autocast():
         capture = None if head.entropy is None else head.entropy.capture  # `untempered`'s, if its policy is on
         seen = len(capture.sampling) if capture is not None else 0
         output = model(

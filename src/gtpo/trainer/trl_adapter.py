@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 import trl
@@ -66,40 +65,25 @@ HOOKS: dict[str, str] = {
 KERNEL_NAME = "_ChunkedLogProbFunction"
 
 
-class ScoredPositions(NamedTuple):
-    """The positions of a flattened (N,) batch that carry a label, as host-planned indices: ``index`` (M,) long,
-    ascending, of ``total`` = N positions. Selecting by index takes no host sync, where a boolean mask takes one
-    (its number of True values must reach the host to size the result)."""
-
-    index: torch.Tensor
-    total: int
-
-
 class HeadPatch:
     """The one stand-in for TRL's fused LM-head kernel while gtpo needs more of it, with `apply`'s signature.
 
     Two callers configure it, through :func:`fused_head`: `gtpo.trainer.untempered` sets ``entropy`` (a policy whose
     ``apply(kernel, ...)`` returns the temperature-1 entropy, and what else GTPO's settings ask of the head), and
-    `gtpo.trainer.shared_prefix` sets ``scored`` to its packed rows. ``scored``: the positions that carry a label,
-    an (N,) bool mask (`untempered`'s, from the padded batch's attention mask) or :class:`ScoredPositions` (the packed
-    layout's, planned on the host); where TRL's kernel receives every position (devices without Triton) only those
-    are projected, and the outputs are scattered back (zeros elsewhere, as TRL zeroes them).
+    `gtpo.trainer.shared_prefix` sets ``scored`` to its packed rows. ``scored``: (N,) bool, the positions that carry
+    a label; where TRL's kernel receives every position (devices without Triton) only those are projected, and the
+    outputs are scattered back (zeros elsewhere, as TRL zeroes them).
     """
 
     def __init__(self, kernel):
         self.kernel = kernel  # TRL's
         self.entropy = None  # None: TRL's kernel computes
-        self.scored: torch.Tensor | ScoredPositions | None = None
+        self.scored: torch.Tensor | None = None
 
     def apply(self, hidden, weight, bias, targets, *args):
         keep = self.scored
-        total = keep.total if isinstance(keep, ScoredPositions) else None if keep is None else keep.numel()
-        if total != hidden.shape[0]:  # nothing to skip, or TRL passes the labelled rows only
+        if keep is None or keep.numel() != hidden.shape[0]:  # nothing to skip, or TRL passes the labelled rows only
             return self._apply(hidden, weight, bias, targets, *args)
-        if isinstance(keep, ScoredPositions):  # by index: no host sync
-            index = keep.index.to(hidden.device)
-            result = self._apply(hidden.index_select(0, index), weight, bias, targets.index_select(0, index), *args)
-            return tuple(None if x is None else x.new_zeros(total).index_copy(0, index, x) for x in result)
         keep = keep.to(hidden.device)
         result = self._apply(hidden[keep], weight, bias, targets[keep], *args)
         return tuple(None if x is None else x.new_zeros(keep.shape).masked_scatter(keep, x) for x in result)
