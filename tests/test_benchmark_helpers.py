@@ -287,8 +287,11 @@ def test_decode_benchmark_compiled_arm_decodes_through_the_compiled_model(capsys
     needs) without a C++ compile; float32 on a CPU gives the same tokens."""
     import bench_decode_graph
 
-    bench_decode_graph.main(["--shape", "tiny", "--rows", "2", "--tokens", "4", "--prompt", "6", "--reps", "2",
-                             "--compile", "eager"])  # fmt: skip
+    try:
+        bench_decode_graph.main(["--shape", "tiny", "--rows", "2", "--tokens", "4", "--prompt", "6", "--reps", "2",
+                                 "--compile", "eager"])  # fmt: skip
+    finally:
+        torch._dynamo.reset()  # no compiled code or guards left for the tests after this one
     out = capsys.readouterr().out
     assert re.search(r"compiled-graph [\d.]+ ms", out), out
     assert "compiled graph tokens == graph tokens: True" in out
