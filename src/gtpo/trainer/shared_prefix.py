@@ -85,11 +85,6 @@ class PackedBatch:
         """(N,) bool: the positions with a label."""
         return self.shift_labels[0] != -100
 
-    def scatter_scored(self, values: torch.Tensor) -> torch.Tensor:
-        """(M,) values of the scored positions -> (N,), zeros elsewhere (``masked_scatter`` by :attr:`scored`,
-        without its host sync)."""
-        return values.new_zeros(self.length).index_copy(0, self.scored_index, values)
-
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
         """(1, N) per-position values -> (B, K) per completion token, 0 where (b, k) is padding (as TRL's)."""
         flat = values.reshape(-1)
@@ -131,12 +126,7 @@ def host_copy(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
 
 
 def pack(
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    logits_to_keep: int,
-    *,
-    mask_dtype: torch.dtype | None = None,
-    on_host: torch.Tensor | None = None,
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *, mask_dtype=None, on_host=None
 ) -> PackedBatch:
     """Pack a (B, L) batch of prompt + completion rows (TRL's layout) into one sequence; see the module docstring.
 
@@ -145,7 +135,7 @@ def pack(
         attention_mask: (B, L) 0/1 of the same layout (:func:`layout_problem` must return None for it).
         logits_to_keep: K.
         mask_dtype: None for a boolean mask (sdpa), or the float dtype of an additive mask (eager attention).
-        on_host: :func:`host_copy` of these rows, where the caller made one already; else it is made here.
+        on_host: (B, P + L) :func:`host_copy` of these rows, where the caller made one already; else made here.
 
     Returns:
         PackedBatch. Rows with the same prompt tokens (and padding) share one prefix, in order of first appearance.
@@ -365,8 +355,8 @@ def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_
     if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
         for index in range(seen, len(capture.sampling)):
             flat = capture.sampling[index]
-            if flat.numel() != packed.length:
-                flat = packed.scatter_scored(flat)
+            if flat.numel() != packed.length:  # the scored positions only: laid out by index (no host sync)
+                flat = flat.new_zeros(packed.length).index_copy(0, packed.scored_index, flat)
             full = flat.new_zeros(attention_mask.size(0), attention_mask.size(1) - 1)
             full[:, -logits_to_keep:] = packed.unpack(flat)
             capture.sampling[index] = full.reshape(-1)
