@@ -36,7 +36,7 @@ import statistics
 import sys
 
 import torch
-from floors import Stopwatch, any_bug, floor_ratio_text, parameter_bytes, probe_bytes, read_bandwidth
+from floors import Stopwatch, any_bug, floor_ratio_text, parameter_bytes, probe_bytes, profile_ops, read_bandwidth
 
 SHAPES = {  # Qwen2.5-1.5B's config (its config.json); `tiny` only checks that the benchmark runs
     "qwen1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
@@ -155,14 +155,7 @@ def main(argv=None) -> None:
 def profile_decode(run, device: torch.device, what: str) -> None:
     """Print torch.profiler's table of one call of ``run`` (a warm static-graph decode): by device time (the
     replayed graphs' kernels and the sampling's, as CUPTI reports them) and by host time (launches, syncs)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profiler:
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    table = profiler.key_averages()
+    table = profile_ops(run, device.type)
     if device.type == "cuda":
         print(f"profile of one static-graph decode ({what}), by device time:")
         print(table.table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60))

@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 from bench_head import cpu_name, seconds
-from floors import Stopwatch, any_bug, floor_ratio_text, matmul_rate
+from floors import Stopwatch, any_bug, floor_ratio_text, matmul_rate, profile_ops
 from ratio_stats import paired_ratios, summarize
 
 SHAPES = ("default", "paper-vocab", "qwen1.5b", "qwen3b", "tiny")
@@ -374,14 +374,9 @@ def main(argv=None) -> None:
         print(line)
     for arm in options.profile:
         trainer, batch = trainers[arm]
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if device == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as profiler:
-            trainer.compute_loss(trainer.model, batch).backward()
-            Stopwatch(device).sync()
+        table = profile_ops(lambda t=trainer, b=batch: t.compute_loss(t.model, b).backward(), device)
         print(f"profile of {arm} (one forward + backward):")
-        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+        print(table.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     dtypes = {weight_dtype(trainer) for trainer, _ in trainers.values()}
     rate = max(matmul_rate(device, d) for d in dtypes)  # the fastest dtype an arm computes in: the lowest floor
     config = base.config

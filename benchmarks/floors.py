@@ -66,6 +66,20 @@ class Stopwatch:
             torch.cuda.synchronize()
 
 
+def profile_ops(run: Callable[[], object], device: str):
+    """One call of ``run`` under torch.profiler (host ops, and the device's kernels on CUDA, waited for), as
+    ``key_averages()``: the table a benchmark's ``--profile`` prints, sorted as it needs."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if str(device).startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        run()
+        Stopwatch(device).sync()
+    return profiler.key_averages()
+
+
 def best_seconds(run: Callable[[], object], device: str, reps: int = 5, warmup: int = 2) -> float:
     """The fastest of ``reps`` timed calls of ``run`` after ``warmup`` untimed ones (the fastest, because a floor
     must not be raised by a disturbed repetition).
