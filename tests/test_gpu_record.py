@@ -46,7 +46,7 @@ def test_the_h200_3b_ratio_is_its_log_and_says_h200():
 
 
 def _decode(log: str) -> dict:
-    """{rows: {arm: ms}} and the floor line of a bench_decode_graph log."""
+    """{rows: {arm: ms}} of a bench_decode_graph log's per-row-count lines."""
     out = {}
     for rows, body in re.findall(r"^(\d+) rows, 128 tokens: a token step (.*?);", (RECORD / log).read_text(), re.M):
         out[int(rows)] = dict(part.removesuffix(" ms").rsplit(" ", 1) for part in body.split(", "))

@@ -529,8 +529,8 @@ def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(mo
 
 def test_packed_sampling_entropies_land_where_trl_padded_ones_do(tmp_path, tiny_model_path):
     """At T = 0.7 the single-pass head sets aside the tempered (sampling) entropies, TRL's `entropy` metric, for the
-    rows it projects; the packed layout projects only its scored positions (host-planned indices, no sync) and lays
-    them back out in TRL's (B, L-1) layout. Each completion token's value must be the one TRL's padded layout gives
+    rows it projects; the packed layout projects only its scored positions and lays them back out in TRL's (B, L-1)
+    layout (by host-planned indices, no sync). Each completion token's value must be the one TRL's padded layout gives
     that token: a permutation among the scored positions would keep every mean and move every token."""
     from gtpo.trainer import untempered
 
