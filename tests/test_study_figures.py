@@ -41,6 +41,11 @@ def _flat(path: Path) -> str:
     return flat(path.read_text())
 
 
+# F's two post-hoc subsections, each checked up to the next heading
+RUNAWAY_HEADING = "### After the analysis: the guard's runaway"
+COLLAPSE_HEADING = "### After the analysis: the collapse onto one"
+
+
 def _section(start: str, end: str) -> list[str]:
     """The lines of docs/study-gtpo-vs-grpo.md from heading ``start`` up to heading ``end``."""
     doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
@@ -818,7 +823,7 @@ def test_the_guard_gamma_screen_is_the_committed_runs():
         assert len(control) == 40 and [(r["reward"], r["loss"]) for r in control.values()] == [
             (r["reward"], r["loss"]) for r in f_run.values()
         ]
-    section = _section("### After the analysis: the guard's runaway", "### After the analysis: the collapse onto one")
+    section = _section(RUNAWAY_HEADING, COLLAPSE_HEADING)
     rows = _analysis().runs_table(screen)
     for line in rows:
         assert line in section, line
@@ -970,7 +975,7 @@ def test_the_guard_gamma_runs_part_where_the_document_says():
                    if len({str(records.read_step(r, t)["columns"]["completion_ids"]) for r in runs}) == 2)  # fmt: skip
         parted[seed] = (reward, ids)
     assert all(ids <= reward for reward, ids in parted.values())  # different rewards need different completions
-    text = flat(" ".join(_section("### After the analysis: the guard's runaway", "### After the analysis: the collapse onto one")))
+    text = flat(" ".join(_section(RUNAWAY_HEADING, COLLAPSE_HEADING)))
     assert (
         f"the runs' rewards part from step {parted[309][0]} (seed 309) and step {parted[314][0]} (seed 314) on, their "
         f"sampled completions from step {parted[309][1]} and step {parted[314][1]})"
@@ -990,7 +995,7 @@ def _words(n: int) -> str:
 
 
 def _collapse_section() -> str:
-    return flat(" ".join(_section("### After the analysis: the collapse onto one", "## The two-step task")))
+    return flat(" ".join(_section(COLLAPSE_HEADING, "## The two-step task")))
 
 
 @functools.cache
@@ -1030,7 +1035,7 @@ def test_the_collapse_held_out_table_is_the_samples_files():
     for study, run in runs:
         accuracy, one, distinct, share = agreement(run)
         row = f"| {study}: {run.parent.name}/{run.name} | {accuracy:.1f} | {one} | {distinct:.2f} | {share:.2f} |"
-        assert row in _section("### After the analysis: the collapse onto one", "## The two-step task"), row
+        assert row in _section(COLLAPSE_HEADING, "## The two-step task"), row
     ones = {f"{p.parent.name}/{p.name}": agreement(p)[1] for p in sorted((STUDY_F / "runs").glob("*/seed*"))}
     ranked = sorted(ones, key=ones.get, reverse=True)
     assert ranked[:2] == ["gtpo-guard/seed319", "grpo/seed311"] and ones[ranked[0]] > ones[ranked[1]]
@@ -1052,7 +1057,7 @@ def test_the_collapse_training_table_and_figures_are_the_records():
     script = load_script("collapse_one_answer")
     section = _collapse_section()
     for line in script.table([str(run) for run in COLLAPSE_RUNS]):
-        assert line in _section("### After the analysis: the collapse onto one", "## The two-step task"), line
+        assert line in _section(COLLAPSE_HEADING, "## The two-step task"), line
     shift, signal = {}, {}
     for run in (COLLAPSE_RUNS[0], COLLAPSE_RUNS[2], COLLAPSE_RUNS[4]):
         flat_push, flat_n, adv, adv_n = 0.0, 0, 0.0, 0
