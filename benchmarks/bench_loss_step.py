@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import statistics
 import sys
 import tempfile
@@ -134,6 +135,13 @@ def _model_and_batch(shape: str, device: str):
     return model, tokenizer, prompt, completions, None
 
 
+def scratch_dir(arm: str) -> str:
+    """A fresh temporary output folder for an arm's trainer. An arm's name can hold a path (``gtpo@DIR`` from
+    --baseline-src), so its characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_`` in the prefix
+    (a ``/`` there would name a folder that does not exist)."""
+    return tempfile.mkdtemp(prefix=f"bench-loss-{re.sub(r'[^A-Za-z0-9._-]', '_', arm)}-")
+
+
 def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, device):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -148,7 +156,7 @@ def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, 
 
     group = len(completions)
     common = dict(
-        output_dir=tempfile.mkdtemp(prefix=f"bench-loss-{arm}-"), per_device_train_batch_size=group,
+        output_dir=scratch_dir(arm), per_device_train_batch_size=group,
         num_generations=group, max_completion_length=max(len(c) for c in completions), temperature=temperature,
         learning_rate=0.0, report_to=[], save_strategy="no", seed=0, disable_tqdm=True, use_cpu=device == "cpu",
         bf16=device == "cuda", logging_steps=1,

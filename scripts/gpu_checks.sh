@@ -8,7 +8,9 @@
 #      repetition, its median with a 95 % interval and spread), TRL against GTPO, at the paper-vocabulary shape
 #      (T = 0.7) and at Qwen2.5-1.5B's whole config (T = 0.7 and 1), with a profile of GTPO's two layouts at
 #      T = 0.7 (in the logs), and at Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens); with
-#      GPU_CHECKS_BASELINE=SHA the 1.5B T = 0.7 run adds that commit's GTPO arm (needs the git history here);
+#      GPU_CHECKS_BASELINE=SHA the 1.5B T = 0.7 run adds that commit's GTPO arm (needs the git history here; a device
+#      copy without it takes GPU_CHECKS_BASELINE_SRC=DIR, a folder holding that version's gtpo/, made beforehand with
+#      `mkdir -p DIR && git archive SHA src/gtpo | tar -x --strip-components=1 -C DIR`);
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
@@ -76,7 +78,8 @@ want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --r
 want step && step step-t07 "$python" benchmarks/bench_loss_step.py --shape paper-vocab --temperature 0.7 --reps 30 \
     --profile gtpo gtpo-padded
 want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 --reps 30 \
-    --profile gtpo gtpo-padded ${GPU_CHECKS_BASELINE:+--baseline-commit "$GPU_CHECKS_BASELINE"}
+    --profile gtpo gtpo-padded ${GPU_CHECKS_BASELINE:+--baseline-commit "$GPU_CHECKS_BASELINE"} \
+    ${GPU_CHECKS_BASELINE_SRC:+--baseline-src "$GPU_CHECKS_BASELINE_SRC"}
 want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 30
 want step && step qwen3b-t07 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 --reps 30
 # 4. End to end on CUDA with the command a user runs: GTPO training of the tiny model (dtype auto: bf16 on a GPU) at

@@ -262,6 +262,20 @@ def test_decode_benchmark_profiles_a_warm_graph_decode_on_request(capsys):
     assert "Self CPU time total" in profiled
 
 
+def test_step_benchmark_scratch_folder_takes_an_arm_named_by_a_path():
+    """--baseline-src DIR names its arm gtpo@DIR; the trainer's temporary folder must still be one fresh folder under
+    the temporary directory (a '/' in mkdtemp's prefix made it fail with FileNotFoundError before any timing)."""
+    import tempfile
+
+    import bench_loss_step
+
+    for arm in ("gtpo", "gtpo@54800c5", "gtpo@.whl-gpu/base-54800c5", "gtpo@/abs/path with space"):
+        folder = Path(bench_loss_step.scratch_dir(arm))
+        assert folder.is_dir() and folder.parent == Path(tempfile.gettempdir()), arm
+        assert folder.name.startswith("bench-loss-gtpo"), folder.name
+        folder.rmdir()
+
+
 def test_step_benchmark_rotates_the_arms_turns_so_each_runs_in_every_position():
     """bench_loss_step's arms take turns in an order rotated by one each repetition: over any len(arms) consecutive
     repetitions each arm runs once in each position (a fixed order let a position's bias pass for a layout's cost),
