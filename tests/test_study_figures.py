@@ -994,8 +994,12 @@ def _words(n: int) -> str:
     return {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}[n]
 
 
+def _collapse_lines() -> list[str]:
+    return _section(COLLAPSE_HEADING, "## The two-step task")
+
+
 def _collapse_section() -> str:
-    return flat(" ".join(_section(COLLAPSE_HEADING, "## The two-step task")))
+    return flat(" ".join(_collapse_lines()))
 
 
 @functools.cache
@@ -1032,10 +1036,11 @@ def test_the_collapse_held_out_table_is_the_samples_files():
     runs = [(("F", STUDY_F / f"runs/{arm}/seed{s}")) for s in (319, 318) for arm in F_ARMS] + [
         ("D", STUDY_D / f"runs/{arm}/seed110") for arm in ("gtpo", "grpo")
     ]
+    lines = _collapse_lines()
     for study, run in runs:
         accuracy, one, distinct, share = agreement(run)
         row = f"| {study}: {run.parent.name}/{run.name} | {accuracy:.1f} | {one} | {distinct:.2f} | {share:.2f} |"
-        assert row in _section(COLLAPSE_HEADING, "## The two-step task"), row
+        assert row in lines, row
     ones = {f"{p.parent.name}/{p.name}": agreement(p)[1] for p in sorted((STUDY_F / "runs").glob("*/seed*"))}
     ranked = sorted(ones, key=ones.get, reverse=True)
     assert ranked[:2] == ["gtpo-guard/seed319", "grpo/seed311"] and ones[ranked[0]] > ones[ranked[1]]
@@ -1056,8 +1061,9 @@ def test_the_collapse_training_table_and_figures_are_the_records():
 
     script = load_script("collapse_one_answer")
     section = _collapse_section()
+    lines = _collapse_lines()
     for line in script.table([str(run) for run in COLLAPSE_RUNS]):
-        assert line in _section(COLLAPSE_HEADING, "## The two-step task"), line
+        assert line in lines, line
     shift, signal = {}, {}
     for run in (COLLAPSE_RUNS[0], COLLAPSE_RUNS[2], COLLAPSE_RUNS[4]):
         flat_push, flat_n, adv, adv_n = 0.0, 0, 0.0, 0
