@@ -505,15 +505,25 @@ SEEDS_D = list(range(100, 112))
 def _assert_primary_documented(section: str, label: str, diffs: list[float]) -> str:
     """A held-out study's section (whitespace flattened) states its primary outcome from the per-seed differences,
     by hand (mean +- t_{0.975, n-1} s / sqrt(n); the callers also check the interval with t from a table):
-    `label held-out pass@1 = figure over n seed pairs`, the registered reading (the interval excludes 0, GRPO
-    higher), the effects excluded, the SD and the effect n pairs detect at it. Returns the figure."""
+    `label held-out pass@1 = figure over n seed pairs`, the registered two-sided reading that the interval gives
+    (it excludes 0 below: GRPO higher; above: GTPO higher; or it includes 0: no difference detected), the effects
+    excluded at 95 %, the SD and the effect n pairs detect at it. Returns the figure."""
     n, mean, sd = len(diffs), statistics.mean(diffs), statistics.stdev(diffs)
     half = _analysis().t_quantile(0.975, n - 1) * sd / n**0.5
     low, high = mean - half, mean + half
     figure = f"{_num(mean, 2)} points [95 % interval {_num(low, 2)}, {_num(high, 2)}]"
     assert f"{label} held-out pass@1 = {figure} over {n} seed pairs" in section
-    assert high < 0 and "The interval excludes 0" in section  # the registered reading
-    assert f"every effect above {_num(high, 2)} points), and a GRPO advantage larger than {-low:.1f} points" in section
+    if high < 0:
+        reading = "The interval excludes 0: a difference is detected, in GRPO's favour"
+        excluded = f"every effect above {_num(high, 2)} points), and a GRPO advantage larger than {-low:.1f} points"
+    elif low > 0:
+        reading = "The interval excludes 0: a difference is detected, in GTPO's favour"
+        excluded = f"every effect below {_num(low, 2)} points), and a GTPO advantage larger than {high:.1f} points"
+    else:
+        reading = "The interval includes 0: no difference is detected"
+        excluded = f"a GTPO advantage larger than {high:.1f} points and a GRPO advantage larger than {-low:.1f} points"
+    assert reading in section, reading
+    assert excluded in section, excluded
     assert f"The SD of the {n} differences is {sd:.2f} points" in section
     assert f"at that SD {n} pairs detect {_analysis().detectable_effect(sd, n):.1f} points with 80 % power" in section
     return figure
