@@ -273,9 +273,11 @@ def test_the_two_different_four_of_six_subsets_of_study_b():
 
 
 @functools.cache
-def _pass1(arm: str, seed: int, study: Path = STUDY) -> float:
-    """Held-out pass@1 in points of ``study``'s run ``arm/seed<seed>``, from its results.json (read once)."""
-    return 100 * json.loads((study / f"runs/{arm}/seed{seed}/eval/synthetic/results.json").read_text())["pass@k"]["1"]
+def _pass1(arm: str, seed: int, study: Path = STUDY, task: str = "synthetic") -> float:
+    """Held-out pass@1 in points of ``study``'s run ``arm/seed<seed>``, from its results.json on ``task`` (read
+    once)."""
+    results = study / f"runs/{arm}/seed{seed}/eval/{task}/results.json"
+    return 100 * json.loads(results.read_text())["pass@k"]["1"]
 
 
 def test_gtpo_filter_interval_over_the_seeds_where_the_arms_differ():
@@ -731,10 +733,21 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
         in help_text  # fmt: skip
 
 
-# The two held-out studies (D, F): section, summary, folder, arms. Their document sections have the same tables.
+STUDY_G = ROOT / "studies" / "smollm2-two-step-g"
+SUMMARY_G = json.loads((STUDY_G / "summary.json").read_text())
+SEEDS_G = list(range(400, 420))
+G_ARMS = ("gtpo", "grpo")
+
+
+def _section_g() -> list[str]:
+    return _section("## Study G", "## The earlier partial study")
+
+
+# The three held-out studies (D, F, G): section, summary, folder, arms. Their document sections have the same tables.
 HELD_OUT_STUDIES = {
     "d": (_section_d, SUMMARY_D, STUDY_D, ("gtpo", "grpo")),
     "f": (_section_f, SUMMARY_F, STUDY_F, F_ARMS),
+    "g": (_section_g, SUMMARY_G, STUDY_G, G_ARMS),
 }
 
 
@@ -1276,3 +1289,145 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
         f"held-out pass@1 rose from the base model's {base['pass@1']:.1f} % to {step40['pass@1']:.1f} % by step 40 "
         f"({held['pass@1']:.1f} % at step 60); GRPO at the same seed was at {grpo40['pass@1']:.1f} % by step 40"
     ) in readme
+
+
+# Study G (issue 48, item 5): GTPO against GRPO on the two-step task, studies/smollm2-two-step-g/PREREGISTRATION.md.
+T_975_19 = 2.093  # t_{0.975, 19}, the registration's (a printed t table)
+
+
+def _g_flat() -> str:
+    return flat(" ".join(_section_g()))
+
+
+@functools.cache
+def _study_g() -> dict:
+    """`analyze_preregistered.py g`'s result (it reads 40 completion records and 40 sample files: computed once)."""
+    return _analysis().study_g(STUDY_G)
+
+
+def _g_run(arm: str, seed: int) -> Path:
+    return STUDY_G / "runs" / arm / f"seed{seed}"
+
+
+def _p3(p: float) -> str:
+    """A p-value as the section writes it (3 decimals)."""
+    return f"{p:.3f}"
+
+
+def test_study_g_is_complete_with_twenty_evaluated_pairs_each_launched_once():
+    """40 of 40 runs, 20 pairs, one code commit; each run's committed launch log (train-log.txt: train.log, which
+    every launch appends to, its paths made relative) holds one command line and no resume, and its metrics.jsonl
+    steps 1-40, each logged once: the document's "one launch each" is the files'."""
+    assert SUMMARY_G["finished_runs"] == SUMMARY_G["total_runs"] == 40
+    for arm in G_ARMS:
+        assert SUMMARY_G["arms"][arm]["aggregated_seeds"] == SEEDS_G
+    assert {pair["diff"]["n"] for pair in SUMMARY_G["pairs"]} == {20}
+    assert (STUDY_G / "code-commit").read_text().strip().startswith("ae1f40e")
+    for arm in G_ARMS:
+        for seed in SEEDS_G:
+            log = (_g_run(arm, seed) / "train-log.txt").read_text()
+            assert sum(line.startswith("$ ") for line in log.splitlines()) == 1, (arm, seed)
+            assert "--resume_from_checkpoint" not in log, (arm, seed)
+            steps = [row["step"] for row in _steps(_g_run(arm, seed) / "metrics.jsonl")]
+            assert steps == list(range(1, 41)), (arm, seed)
+
+
+@pytest.mark.slow
+def test_study_g_primary_outcome_is_the_registered_computation_and_documented():
+    """By hand, independent of the analysis script: d_S = 100 x (gtpo - grpo) pass@1 from the 40
+    eval/two-step/results.json files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the
+    summary, the study document (top and section) and the README state it with the registered two-sided reading."""
+    diffs = [_pass1("gtpo", s, STUDY_G, "two-step") - _pass1("grpo", s, STUDY_G, "two-step") for s in SEEDS_G]
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+    low, high = mean - T_975_19 * sd / 20**0.5, mean + T_975_19 * sd / 20**0.5
+    result = _study_g()
+    assert result["seeds"] == SEEDS_G
+    approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
+    assert (result["mean"], result["low"], result["high"]) == approx
+    pair = next(p["diff"] for p in SUMMARY_G["pairs"] if p["metric"] == "pass@1 %")
+    assert (pair["mean"], pair["low"], pair["high"]) == approx
+    section = _g_flat()
+    figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
+    assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
+    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert f"on the two-step task GTPO − GRPO held-out pass@1 {figure}" in top
+    readme = _flat(ROOT / "README.md")
+    assert f"GTPO − GRPO held-out pass@1 {figure} over seeds 400–419" in readme
+    arms = {a: SUMMARY_G["arms"][a]["metrics"]["pass@1 %"]["mean"] for a in G_ARMS}
+    assert f"(GTPO {arms['gtpo']:.2f} %, GRPO {arms['grpo']:.2f} %)" in readme
+    assert f"{sd:.2f} points" in readme and f"its SD of the differences, {sd:.2f} points" in top
+
+
+def _arms_and_paired(values: dict[str, dict[int, float]], unit: str) -> str:
+    """`gtpo M unit [l, h], grpo M [l, h], paired ±D [l, h]` over seeds 400-419, by hand with t_{0.975, 19}."""
+    gtpo, grpo = ([values[arm][s] for s in SEEDS_G] for arm in G_ARMS)
+    differences = [a - b for a, b in zip(gtpo, grpo, strict=True)]
+    paired = _t_interval(differences, T_975_19)
+    sign = "+" if statistics.mean(differences) > 0 else ""  # the documents' '+' on a positive difference
+    return (
+        f"gtpo {_t_interval(gtpo, T_975_19).replace(' [', f'{unit} [', 1)}, grpo {_t_interval(grpo, T_975_19)}, "
+        f"paired {sign}{paired}"
+    )
+
+
+@pytest.mark.slow
+def test_study_g_registered_secondaries_are_the_committed_runs():
+    """The registered secondaries the section states, each recomputed here from the committed files and checked
+    against the script's: the share of negatives whose forward span holds a right first step (per run from its
+    completion record), E's stall rule and C's runaway rule by hand from metrics.jsonl (no step 1-15 with format mean
+    >= 1.25; clipped ratio >= 0.5 at 6 or more of steps 31-40) with McNemar's p both ways, held-out length and cut
+    share, and the held-out share of right first steps (per run from samples.jsonl)."""
+    result = _study_g()
+    section = _g_flat()
+    spans = load_script("two_step_spans")
+    shares = {arm: {s: spans.run_counts(_g_run(arm, s))["share of negatives, %"] for s in SEEDS_G} for arm in G_ARMS}
+    script = result["secondary_protected_first_step"]
+    assert script["seeds"] == SEEDS_G
+    assert script["gtpo - grpo"]["mean"] == pytest.approx(statistics.mean(
+        shares["gtpo"][s] - shares["grpo"][s] for s in SEEDS_G))  # fmt: skip
+    assert f"right first step inside its forward span: {_arms_and_paired(shares, ' % of negatives')}" in section
+    runs = {(a, s): _last_steps(_g_run(a, s) / "metrics.jsonl") for a in G_ARMS for s in SEEDS_G}
+    stalled = {a: [s for s in SEEDS_G if not any(runs[(a, s)][t]["rewards/format_reward/mean"] >= 1.25
+                                                 for t in range(1, 16))] for a in G_ARMS}  # fmt: skip
+    assert stalled == result["secondary_stall"]["stalled"]
+    stall = result["secondary_stall"]
+    assert (
+        f"{len(stalled['gtpo'])} of 20 gtpo runs and {len(stalled['grpo'])} of 20 grpo runs stalled (McNemar's exact "
+        f"p, one-sided, {_p3(stall['p_one_sided_gtpo_stalls_more'])} for GTPO stalling more, "
+        f"{_p3(stall['p_one_sided_grpo_stalls_more'])} for GRPO)"
+    ) in section
+    away = {a: [s for s in SEEDS_G if sum(runs[(a, s)][t]["completions/clipped_ratio"] >= 0.5
+                                          for t in range(31, 41)) >= 6] for a in G_ARMS}  # fmt: skip
+    runaway = result["secondary_runaway"]
+    assert away == runaway["ran_away"] and runaway["pairs"] == 20
+    assert (
+        f"{len(away['gtpo'])} of 20 gtpo runs and {len(away['grpo'])} of 20 grpo runs ran away (McNemar's exact p, "
+        f"one-sided, {_p3(runaway['p_one_sided_gtpo_runs_away_more'])} for GTPO running away more, "
+        f"{_p3(runaway['p_one_sided_grpo_runs_away_more'])} for GRPO)"
+    ) in section
+    for label, lead, unit in (("held-out mean length (tokens)", "mean length", " tokens"),
+                              ("held-out cut at the limit (%)", "cut at the 96-token limit", " %")):  # fmt: skip
+        figures = result["secondary_heldout"][label]
+        gtpo, grpo = _interval(figures["gtpo"], 2), _interval(figures["grpo"], 2)
+        paired = _interval(figures["gtpo - grpo"], 2, sign=True)
+        assert f"{lead}: gtpo {gtpo.replace(' [', f'{unit} [', 1)}, grpo {grpo}, paired {paired}" in section, label
+    first = {arm: {s: _pilot_heldout(_g_run(arm, s) / "eval" / "two-step")["first step"] for s in SEEDS_G}
+             for arm in G_ARMS}  # fmt: skip
+    script = result["secondary_heldout_first_step"]
+    assert script["gtpo"]["mean"] == pytest.approx(statistics.mean(first["gtpo"].values()))
+    assert f"held-out samples whose first step is right: {_arms_and_paired(first, ' %')}" in section
+
+
+def test_study_g_post_hoc_pattern_is_the_committed_results():
+    """The pattern the reading and the README state as seen after the analysis: the seeds where GTPO's held-out
+    pass@1 stayed below 11 % (all above GRPO's lowest), and how many of the other seeds GTPO was higher at, from the
+    40 results.json files."""
+    low = [s for s in SEEDS_G if _pass1("gtpo", s, STUDY_G, "two-step") < 11]
+    grpo_lowest = min(_pass1("grpo", s, STUDY_G, "two-step") for s in SEEDS_G)
+    higher = sum(_pass1("gtpo", s, STUDY_G, "two-step") > _pass1("grpo", s, STUDY_G, "two-step")
+                 for s in SEEDS_G if s not in low)  # fmt: skip
+    section, readme = _g_flat(), _flat(ROOT / "README.md")
+    assert f"At {len(low)} of 20 seeds ({', '.join(map(str, low))}) GTPO's held-out pass@1 was below 11 %" in section
+    rest = f"{higher} of the other {20 - len(low)}"
+    assert f"(GRPO's lowest at any seed: {grpo_lowest:.1f} %), while at {rest}" in section
+    assert f"{len(low)} of 20 seeds GTPO's held-out pass@1 stayed below 11 %, and at {higher} of the other" in readme
