@@ -702,20 +702,27 @@ def test_study_f_is_complete_with_twenty_evaluated_pairs():
     assert (STUDY_F / "code-commit").read_text().strip().startswith("19f5ce3")
 
 
+def _assert_twenty_pair_primary(diffs: list[float], result: dict, summary: dict, seeds: list[int]) -> None:
+    """A 20-pair study's primary outcome by hand, mean +- 2.093 s / sqrt(20) (t_{0.975, 19} from a printed table,
+    the registrations'), is the analysis script's ``result`` and the summary's pass@1 pair."""
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+    low, high = mean - 2.093 * sd / 20**0.5, mean + 2.093 * sd / 20**0.5
+    assert result["seeds"] == seeds
+    approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
+    assert (result["mean"], result["low"], result["high"]) == approx
+    pair = next(p["diff"] for p in summary["pairs"] if p["metric"] == "pass@1 %")
+    assert (pair["mean"], pair["low"], pair["high"]) == approx
+
+
 @pytest.mark.slow
 def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     """By hand, independent of the analysis script: d_S = 100 x (gtpo-guard - grpo) pass@1 from the 40 results.json
     files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the summary, the study
     document (top and section), the README and GTPOConfig.conflict_guard's help state it."""
     diffs = [_pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F]
-    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
-    low, high = mean - 2.093 * sd / 20**0.5, mean + 2.093 * sd / 20**0.5
+    sd = statistics.stdev(diffs)
     result = _study_f()
-    assert result["seeds"] == SEEDS_F
-    approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
-    assert (result["mean"], result["low"], result["high"]) == approx
-    pair = next(p["diff"] for p in SUMMARY_F["pairs"] if p["metric"] == "pass@1 %")
-    assert (pair["mean"], pair["low"], pair["high"]) == approx
+    _assert_twenty_pair_primary(diffs, result, SUMMARY_F, SEEDS_F)
     section = _f_flat()
     figure = _assert_primary_documented(section, "GTPO with the guard − GRPO", diffs)
     assert f"guard arm was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
@@ -1338,14 +1345,8 @@ def test_study_g_primary_outcome_is_the_registered_computation_and_documented():
     eval/two-step/results.json files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the
     summary, the study document (top and section) and the README state it with the registered two-sided reading."""
     diffs = [_pass1("gtpo", s, STUDY_G, "two-step") - _pass1("grpo", s, STUDY_G, "two-step") for s in SEEDS_G]
-    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
-    low, high = mean - T_975_19 * sd / 20**0.5, mean + T_975_19 * sd / 20**0.5
-    result = _study_g()
-    assert result["seeds"] == SEEDS_G
-    approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
-    assert (result["mean"], result["low"], result["high"]) == approx
-    pair = next(p["diff"] for p in SUMMARY_G["pairs"] if p["metric"] == "pass@1 %")
-    assert (pair["mean"], pair["low"], pair["high"]) == approx
+    sd = statistics.stdev(diffs)
+    _assert_twenty_pair_primary(diffs, _study_g(), SUMMARY_G, SEEDS_G)
     section = _g_flat()
     figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
     assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
