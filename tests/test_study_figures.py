@@ -702,11 +702,14 @@ def test_study_f_is_complete_with_twenty_evaluated_pairs():
     assert (STUDY_F / "code-commit").read_text().strip().startswith("19f5ce3")
 
 
+T_975_19 = 2.093  # t_{0.975, 19}, the registration's (a printed t table)
+
+
 def _assert_twenty_pair_primary(diffs: list[float], result: dict, summary: dict, seeds: list[int]) -> None:
-    """A 20-pair study's primary outcome by hand, mean +- 2.093 s / sqrt(20) (t_{0.975, 19} from a printed table,
-    the registrations'), is the analysis script's ``result`` and the summary's pass@1 pair."""
+    """A 20-pair study's primary outcome by hand, mean +- T_975_19 s / sqrt(20) (t_{0.975, 19} = 2.093 from a printed
+    table, the registrations'), is the analysis script's ``result`` and the summary's pass@1 pair."""
     mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
-    low, high = mean - 2.093 * sd / 20**0.5, mean + 2.093 * sd / 20**0.5
+    low, high = mean - T_975_19 * sd / 20**0.5, mean + T_975_19 * sd / 20**0.5
     assert result["seeds"] == seeds
     approx = (pytest.approx(mean), pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
     assert (result["mean"], result["low"], result["high"]) == approx
@@ -1299,7 +1302,6 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
 
 
 # Study G (issue 48, item 5): GTPO against GRPO on the two-step task, studies/smollm2-two-step-g/PREREGISTRATION.md.
-T_975_19 = 2.093  # t_{0.975, 19}, the registration's (a printed t table)
 
 
 def _g_flat() -> str:
