@@ -14,6 +14,7 @@
 #   scripts/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
 #   scripts/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
 #   scripts/run_study.sh smollm2-two-step-g                   # study G (pre-registered): the two-step task
+#   scripts/run_study.sh smollm2-two-step-g-repro             # exploratory: does G's gtpo/seed417 repeat on this CPU?
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -24,7 +25,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -159,6 +160,17 @@ case $name in
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
               --seeds 400 401 402 403 404 405 406 407 408 409 410 411 412 413 414 415 416 417 418 419
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-g-repro)
+        # Exploratory (no registration): before a screen reuses G's runs as its comparison, one G run re-run on the
+        # CPU at hand. G's code commit (code-commit written before the first start), G's recipe and settings, the one
+        # seed 417 (a seed where GTPO locked into the single-equation opening), gtpo only, G's held-out evaluation.
+        # Its metrics.jsonl and eval/ are compared with G's gtpo/seed417 step by step.
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'gtpo:'
+              --seeds 417
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
