@@ -121,6 +121,16 @@ class EvalArguments:
         metadata={"help": "model dtype, e.g. bfloat16 (default: float32 on CPU, bfloat16 on GPU)"},
     )
     progress: bool = field(default=True, metadata={"help": "show a progress bar; --no_progress hides it"})
+    cuda_graphs: bool = field(
+        default=True,
+        metadata={
+            "help": "on a CUDA GPU, replay each decoding step as a CUDA graph (the transformers backend's fixed-shape "
+            "decode, captured once per batch shape); --cuda_graphs false (or --no_cuda_graphs) decodes eagerly (the "
+            "transformers backend's `decode`, vLLM's enforce_eager), to compare the two or where capture fails. "
+            "Each sample is drawn from its own seed either way (float rounding of another batch shape aside), so a "
+            "run may resume with either; no effect on a CPU"
+        },
+    )
 
 
 @dataclass
@@ -207,6 +217,7 @@ def _eval_configs(args: EvalArguments) -> list[EvalConfig]:
             dtype=args.dtype,
             label=label,
             progress=args.progress,
+            cuda_graphs=args.cuda_graphs,
         )
         for task in tasks
     ]
@@ -216,7 +227,7 @@ def run_eval_from_args(args: EvalArguments) -> list[dict]:
     """Evaluate every --task (one model load shared by all); print a summary; return the results dicts."""
     with user_input():
         configs = _eval_configs(args)
-        backend = LazyBackend(args.model, args.backend, args.dtype, args.seed)
+        backend = LazyBackend(args.model, args.backend, args.dtype, args.seed, args.cuda_graphs)
     all_results = []
     for config in configs:
         try:

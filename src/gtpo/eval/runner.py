@@ -66,6 +66,8 @@ class EvalConfig:
     examples before the question, None = the task's default, 0 for the paper's tasks).
     label: the name plots use (default: derived from ``model``).
     column_map: for a local file ``source``, task field -> the file's column, e.g. {"question": "problem"}.
+    cuda_graphs: False decodes without CUDA graphs on a GPU (`make_backend`'s ``graphs``); the samples do not
+    depend on it, so a run may resume with either.
     """
 
     model: str
@@ -84,6 +86,7 @@ class EvalConfig:
     label: str | None = None
     progress: bool = True
     column_map: dict[str, str] | None = None
+    cuda_graphs: bool = True
 
     def __post_init__(self):
         self.model = os.fspath(self.model)  # a Path works too
@@ -132,10 +135,10 @@ def _normalise_path(value: str | None) -> str | None:
 class LazyBackend:
     """A backend that loads the model on first use, so a finished run re-opens without loading it."""
 
-    def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0):
+    def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, graphs: bool = True):
         self.name = choose_backend(backend, model)
         self.one_call = self.name == "vllm"  # see VLLMBackend.one_call
-        self._args = (model, self.name, dtype, seed)
+        self._args = (model, self.name, dtype, seed, graphs)
         self._backend: Backend | None = None
 
     def generate(self, prompts, seeds, sampling):
@@ -265,7 +268,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     check_output_dir(run_dir)  # before loading anything: a bad --output_dir fails at once
     if backend is None or isinstance(backend, LazyBackend):
         check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
-    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed)
+    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed, config.cuda_graphs)
     problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot, config.column_map)
     if not problems:
         raise InvalidInput(f"task {config.task!r} split {config.split!r} has no problems")
