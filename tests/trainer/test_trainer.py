@@ -175,6 +175,7 @@ def test_every_gtpo_field_is_documented_with_help():
         "conflict_correction",
         "conflict_positive_weight",
         "conflict_combine",
+        "conflict_exclude_common_prefix",
         "entropy_filter",
         "entropy_threshold",
         "entropy_gamma",

@@ -47,6 +47,8 @@ _EXPORTS = {
     "conflict_spans": "spans",
     "conflict_weights": "spans",
     "contested_tokens": "spans",
+    "common_prefix_conflicts": "spans",
+    "leave_to_group": "spans",
 }
 _SUBMODULES = ("registry", "paper")
 

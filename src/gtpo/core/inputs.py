@@ -36,6 +36,8 @@ class LossInputs:
         forward_span, backward_span: (N, T) bool spans from `conflict_spans`, or None (λ = 1).
         contested_span: (N, T) bool from `contested_tokens` (the guard, issue 38), or None: with it λ is 0 on these
             span tokens and 1 elsewhere, instead of Eq. (5); it needs the spans.
+        common_prefix_span: (N, T) bool from `common_prefix_conflicts`, or None: with it λ is 1 on these tokens
+            (GRPO's update, the group's exact evidence on a shared opening) whatever else applies; it needs the spans.
         old_per_token_logps: (N, T) log-probabilities at sampling time, or None (on-policy, r = 1).
         ref_per_token_logps: (N, T) reference-model log-probabilities, needed when ``beta`` > 0.
         token_entropy: (N, T) entropies in nats, for δ and γ; None when neither is on.
@@ -51,6 +53,7 @@ class LossInputs:
     forward_span: Tensor | None = None
     backward_span: Tensor | None = None
     contested_span: Tensor | None = None
+    common_prefix_span: Tensor | None = None
     old_per_token_logps: Tensor | None = None
     ref_per_token_logps: Tensor | None = None
     token_entropy: Tensor | None = None
@@ -243,7 +246,10 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
         raise ValueError("pass both forward_span and backward_span (from conflict_spans), or neither")
     if inputs.contested_span is not None and forward_span is None:
         raise ValueError("contested_span (the guard) needs forward_span and backward_span (from conflict_spans)")
-    for name in ("forward_span", "backward_span", "contested_span", "old_per_token_logps", "token_entropy"):
+    if inputs.common_prefix_span is not None and forward_span is None:
+        raise ValueError("common_prefix_span needs forward_span and backward_span (from conflict_spans)")
+    spans = ("forward_span", "backward_span", "contested_span", "common_prefix_span")
+    for name in (*spans, "old_per_token_logps", "token_entropy"):
         t = getattr(inputs, name)
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != shape):
             raise ValueError(f"{name} must have the shape of per_token_logps {shape}, got {_shape_of(t)}")
@@ -257,6 +263,8 @@ def check_loss_inputs(inputs, settings) -> tuple[Tensor, float | Tensor | None]:
         raise ValueError("forward_span and backward_span must be bool tensors (from conflict_spans)")
     if inputs.contested_span is not None and inputs.contested_span.dtype != torch.bool:
         raise ValueError("contested_span must be a bool tensor (from contested_tokens)")
+    if inputs.common_prefix_span is not None and inputs.common_prefix_span.dtype != torch.bool:
+        raise ValueError("common_prefix_span must be a bool tensor (from common_prefix_conflicts)")
     entropy_filter, entropy_term, gamma = settings.entropy_filter, settings.entropy_term, settings.gamma
     needs_entropy = entropy_filter != "never" or (entropy_term != "none" and gamma != 0)
     if inputs.token_entropy is None and needs_entropy:

@@ -19,7 +19,7 @@ from gtpo.core.checks import lookup
 from gtpo.core.entropy import ENTROPY_FILTERS, ENTROPY_TERMS, _keep, _mean_entropy, _shift
 from gtpo.core.inputs import AdvantageTerms, LossInputs, LossSettings, check_loss_inputs, check_loss_options
 from gtpo.core.metrics import loss_metrics
-from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES, guarded_weights
+from gtpo.core.spans import COMBINE_MODES, CONFLICT_COUNTS, SPAN_SIDES, guarded_weights, leave_to_group
 
 # 7. The loss (Eq. 7) and its aggregations ---------------------------------------------------------
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -155,6 +155,8 @@ def gtpo_loss(
         lam = combine_fn(fw, bw, signs, float(settings.positive_weight), float(settings.negative_weight))  # Eq. 5
     else:
         lam = guarded_weights(fw, bw, inputs.contested_span, signs)  # (N, T) the guard: 0 on contested tokens, else 1
+    if inputs.common_prefix_span is not None:  # GRPO's update where the sharers' contexts are the same
+        lam = leave_to_group(lam, inputs.common_prefix_span & fw)  # (N, T)
     token_loss = _token_loss(inputs, settings, valid, terms.advantages, lam)  # (N, T)
     loss = aggregate(token_loss, valid, count(fw, bw), normalizer)  # (), `reference` divides by the count
     mean_h = terms.mean_entropy

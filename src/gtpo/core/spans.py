@@ -161,12 +161,14 @@ def conflict_weights(
     negative_weight: float = NEGATIVE_WEIGHT,
     sides: str = "both",
     contested: Tensor | None = None,
+    common_prefix: Tensor | None = None,
 ) -> Tensor:
     """Token weights λ_{i,t} of Eq. (5)/(21): 1 outside the spans; inside 0 (A<0), positive_weight (A>0).
 
     Rows with A_i=0 keep 1 (they have no spans from `conflict_spans`); padding is outside every span.
     With ``contested`` (the guard, `contested_tokens`), λ is instead 0 on the contested span tokens and 1 everywhere
-    else, whatever the sign, weights and combine mode.
+    else, whatever the sign, weights and combine mode. With ``common_prefix`` (`common_prefix_conflicts`), λ is 1 on
+    those tokens whatever else applies (`leave_to_group`).
 
     Args:
         forward: (N, T) bool forward spans M^fw.
@@ -179,6 +181,7 @@ def conflict_weights(
         negative_weight: λ inside a span for A<0 (the paper's 0: no negative update; 1 keeps it, an ablation).
         sides: one of `SPAN_SIDES`: ``both`` (the paper), ``forward`` or ``backward`` alone (ablations).
         contested: (N, T) bool from `contested_tokens` on the same spans, or None (Eq. 5).
+        common_prefix: (N, T) bool from `common_prefix_conflicts` on the same spans, or None (Eq. 5 there too).
 
     Returns:
         (N, T) λ in the dtype of ``advantages``.
@@ -194,8 +197,10 @@ def conflict_weights(
     check_weight(negative_weight, "negative_weight")
     signs = _signs(advantages, group_size).to(advantages.dtype)  # (N,)
     if contested is not None:
-        return guarded_weights(forward, backward, contested, signs)  # (N, T)
-    return fn(forward, backward, signs, float(positive_weight), float(negative_weight))  # (N, T)
+        lam = guarded_weights(forward, backward, contested, signs)  # (N, T)
+    else:
+        lam = fn(forward, backward, signs, float(positive_weight), float(negative_weight))  # (N, T)
+    return lam if common_prefix is None else leave_to_group(lam, common_prefix)  # (N, T)
 
 
 # 3b. The guard (issue 38; off by default): protect without promoting -------------------------------
@@ -285,6 +290,81 @@ def _net_advantage(aligned: Tensor, present: Tensor, advantages: Tensor, group_s
 def guarded_weights(forward: Tensor, backward: Tensor, contested: Tensor, signs: Tensor) -> Tensor:
     """λ under the guard: 0 on contested span tokens (both signs), 1 everywhere else. (N, T) in the signs' dtype."""
     return _signed_weight(contested & (forward | backward), signs, 0.0, 0.0)  # (N, T)
+
+
+# 3c. The common prefix (off by default): the group's own evidence where it is exact ----------------------
+def common_prefix_conflicts(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    group_size: int,
+    forward: Tensor,
+) -> Tensor:
+    """The forward-span tokens whose whole prefix, the token included, a positive and a negative completion share.
+
+    Eq. (5) rests on the claim that a token shared by completions of both signs receives conflicting updates. Where the
+    sharers' prefixes up to the token are identical, their contexts are too, so the token's per-row gradients (and,
+    under clipping, its ratios) are identical, and without the correction the rows' updates add up to
+    S = Σ_j A_j·w_j (w_j each row's length weight) times that one gradient: no conflict, the group's Monte-Carlo
+    evidence on that opening, with its sign (docs/core.md, "What Eq. 5 does to a shared opening"). Eq. (5) replaces
+    S by 2·Σ_{j: A_j>0} A_j·w_j, a push up whatever S: an opening that fails more often than the group, or one the
+    whole group shares (S = 0 under Eq. 8), is pushed up because it is shared. These tokens are where that holds; a
+    span token shared only by position, after prefixes that differ, is not among them (its gradients differ by
+    context, the case the paper argues for), nor is any backward-span token (two completions whose every token up to
+    an aligned end matches are the same text).
+
+    Row i's common prefix is the longest L such that a row with A>0 and a row with A<0 of its group (i counting for
+    its own sign) hold i's first L tokens exactly; these are a leading run of i's forward span. Rows with A = 0 have
+    none. Signs as Eq. (5)'s (`advantage_signs`, before any entropy filter or shift).
+
+    Cost: G passes over the (N, W) leading ids, W the longest forward span (one host sync); no (N, G, G, W) tensor.
+
+    Args:
+        completion_ids: (N, T) integer token ids, right-padded.
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+        advantages: (N,) A_i; only their signs count.
+        group_size: G; rows g*G .. g*G+G-1 form group g.
+        forward: (N, T) bool forward spans from `conflict_spans` on the same rows (after any `SPAN_SIDES` choice).
+
+    Returns:
+        (N, T) bool, True on forward-span tokens inside their row's common prefix.
+
+    >>> ids = torch.tensor([[5, 7, 9], [5, 7, 8], [6, 7, 9]])  # rows 0 (A>0) and 1 (A<0) open "5 7" alike
+    >>> a = torch.tensor([1.0, -0.5, -0.5])
+    >>> fw, _ = conflict_spans(ids, torch.ones(3, 3, dtype=torch.bool), a, 3)
+    >>> fw.int().tolist()  # row 0's 9 at position 2 is shared by position only, with row 2, whose prefix differs
+    [[1, 1, 1], [1, 1, 0], [0, 0, 0]]
+    >>> common_prefix_conflicts(ids, torch.ones(3, 3), a, 3, fw).int().tolist()
+    [[1, 1, 0], [1, 1, 0], [0, 0, 0]]
+    >>> ids = torch.tensor([[5, 7], [6, 7], [5, 8]])  # 7 at position 1: rows 0 (A>0) and 1 (A<0), prefixes differ
+    >>> fw, _ = conflict_spans(ids, torch.ones(3, 2, dtype=torch.bool), a, 3)
+    >>> fw.int().tolist(), common_prefix_conflicts(ids, torch.ones(3, 2), a, 3, fw).int().tolist()
+    ([[1, 1], [0, 0], [1, 0]], [[1, 0], [0, 0], [1, 0]])
+    """
+    n, t = completion_ids.shape
+    common = torch.zeros(n, t, dtype=torch.bool, device=completion_ids.device)  # (N, T)
+    width = int(forward.sum(dim=-1).max()) if n else 0  # the longest forward span; a common prefix lies inside it
+    if not width:
+        return common
+    check_group_size(group_size, n)
+    signs = _signs(advantages, group_size).view(-1, group_size)  # (n_groups, G)
+    ids = completion_ids[:, :width].reshape(-1, group_size, width)  # (n_groups, G, W)
+    here = completion_mask[:, :width].bool().reshape(-1, group_size, width)  # (n_groups, G, W)
+    with_positive = torch.zeros(signs.shape, dtype=torch.long, device=ids.device)  # (n_groups, G)
+    with_negative = torch.zeros_like(with_positive)  # (n_groups, G)
+    for j in range(group_size):  # G passes of (N, W): row i's common prefix with row j
+        same = (ids == ids[:, j : j + 1]) & here & here[:, j : j + 1]  # (n_groups, G, W)
+        shared = same.long().cummin(dim=-1).values.sum(dim=-1)  # (n_groups, G) tokens i and j hold alike from 0
+        with_positive = torch.where(signs[:, j : j + 1] > 0, torch.maximum(with_positive, shared), with_positive)
+        with_negative = torch.where(signs[:, j : j + 1] < 0, torch.maximum(with_negative, shared), with_negative)
+    length = torch.minimum(with_positive, with_negative).view(n, 1)  # (N, 1)
+    common[:, :width] = (torch.arange(width, device=ids.device) < length) & forward[:, :width]
+    return common  # (N, T)
+
+
+def leave_to_group(lam: Tensor, common_prefix: Tensor) -> Tensor:
+    """λ = 1 on the common-prefix tokens (`common_prefix_conflicts`): the update GRPO gives them. (N, T)."""
+    return torch.where(common_prefix, torch.ones((), dtype=lam.dtype, device=lam.device), lam)  # (N, T)
 
 
 # Input checks of this module's functions (one host sync per call) -----------------------------------

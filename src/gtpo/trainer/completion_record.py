@@ -80,6 +80,7 @@ class CompletionRecorder:
             "images": list(logs["images"])[-n:] if logs["images"] else None,
             **{key: gathered[key].detach().cpu() for key in ("ids", "mask", "advantages", "forward", "backward")},
             "contested": gathered["contested"].detach().cpu() if "contested" in gathered else None,
+            "common_prefix": gathered["common_prefix"].detach().cpu() if "common_prefix" in gathered else None,
             "group_size": gathered["group_size"],
         }
 
@@ -148,7 +149,8 @@ class CompletionRecorder:
             args.conflict_positive_weight, args.conflict_combine, group_size=g,
             negative_weight=args.conflict_negative_weight, sides=args.conflict_span_sides,
             contested=None if batch["contested"] is None else batch["contested"][:n] & mask,
-        )  # fmt: skip  # (n, T) the loss's λ (Eq. 5, or the guard's)
+            common_prefix=None if batch["common_prefix"] is None else batch["common_prefix"][:n] & mask,
+        )  # fmt: skip  # (n, T) the loss's λ (Eq. 5, or the guard's, with any common prefix left to the group)
         tokenizer = trainer._tokenizer
         weights = trainer.reward_weights.tolist()
         rewards = batch["rewards"]
@@ -188,6 +190,7 @@ class CompletionRecorder:
             "conflict_negative_weight": args.conflict_negative_weight,
             "conflict_span_sides": args.conflict_span_sides,
             "conflict_guard": args.conflict_guard,
+            "conflict_exclude_common_prefix": args.conflict_exclude_common_prefix,
             "entropy_filter": args.entropy_filter if args.gtpo_enabled else "never",
             "entropy_threshold": args.entropy_threshold,
             "entropy_gamma": args.entropy_gamma if args.gtpo_enabled else 0.0,

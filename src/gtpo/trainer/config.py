@@ -169,6 +169,20 @@ class GTPOConfig(GRPOConfig):
             "still chooses the spans."
         },
     )
+    conflict_exclude_common_prefix: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave GRPO's update (λ 1) on the leading span tokens whose whole prefix, the token included, a "
+            "completion with A_i>0 and one with A_i<0 of the group share exactly; Eq. 5 everywhere else (off: the "
+            "paper's Eq. 5 on the whole span). Why: where the sharers' prefixes are identical their gradients are "
+            "too, so without the correction their updates add up to the group's summed advantage on that opening, "
+            "with its sign; Eq. 5 replaces it by a push up, which pushes up an opening that fails more often than "
+            "the group, or one the whole group shares (docs/core.md, 'What Eq. 5 does to a shared opening'). "
+            "Tokens shared by position only, after prefixes that differ, and the trailing spans keep Eq. 5 "
+            "(gtpo.core.common_prefix_conflicts). Exploratory: under test against GRPO on the two-step task "
+            "(docs/study-gtpo-vs-grpo.md)."
+        },
+    )
     conflict_combine: str = field(
         default="union",
         metadata={

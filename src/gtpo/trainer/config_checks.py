@@ -100,9 +100,35 @@ def check_conflict_guard(config) -> None:
             )
 
 
+def check_conflict_exclude_common_prefix(config) -> None:
+    """`conflict_exclude_common_prefix` changes the conflict correction's λ: refuse it where there is none to change."""
+    value = config.conflict_exclude_common_prefix
+    if not isinstance(value, bool):
+        raise ValueError(f"GTPOConfig.conflict_exclude_common_prefix must be True or False, got {value!r}.")
+    if value and not config.conflict_correction:
+        raise ValueError(
+            "conflict_exclude_common_prefix=True with conflict_correction=False: without the correction every token "
+            "already gets GRPO's update; set conflict_correction=True, or conflict_exclude_common_prefix=False."
+        )
+    if value and config.conflict_span_sides == "backward":
+        raise ValueError(
+            "conflict_exclude_common_prefix=True with conflict_span_sides='backward': a common prefix lies in the "
+            "leading span, which that setting leaves out; choose one."
+        )
+
+
+def _check_layout_override() -> None:
+    """The packed-or-padded choice a user may set in the environment (`shared_prefix.LAYOUT_ENV`), refused in one
+    line when the config is made rather than at the first scored batch."""
+    from gtpo.trainer.shared_prefix import layout_override
+
+    layout_override()
+
+
 def validate_gtpo(config) -> None:
     """`GTPOConfig`'s GTPO fields, before TRL's own `__post_init__`: each bad value is one ValueError line."""
     _check_choice("algorithm", config.algorithm, ALGORITHMS)
+    _check_layout_override()
     _check_choice("conflict_combine", config.conflict_combine, COMBINE_MODES)
     _check_choice("entropy_filter", config.entropy_filter, ENTROPY_FILTERS)
     _check_choice("entropy_term", config.entropy_term, ENTROPY_TERMS)
@@ -120,6 +146,7 @@ def validate_gtpo(config) -> None:
     if not isinstance(config.authors_code, bool):
         raise ValueError(f"GTPOConfig.authors_code must be True or False, got {config.authors_code!r}.")
     check_conflict_guard(config)
+    check_conflict_exclude_common_prefix(config)
     check_entropy_threshold(config.entropy_threshold, "GTPOConfig.entropy_threshold")
     _check_number("entropy_gamma", config.entropy_gamma, minimum=0.0)
     if config.initial_entropy is not None:

@@ -210,6 +210,32 @@ def measure_initial_entropy(trainer, rows: list) -> float:
     return float(total[0] / total[1])
 
 
+def measure_before_first_step(trainer) -> None:
+    """⟨H⟩_ini of Eq. 6 for a `GTPOTrainer` about to take its first step: measured on its first
+    ``initial_entropy_prompts`` training prompts, stored on the trainer with where it came from, and logged."""
+    n = trainer.args.initial_entropy_prompts
+    if trainer.train_dataset is None:
+        raise ValueError(
+            "⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
+            "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'"
+        )
+    prompts = first_rows(trainer.train_dataset, n)
+    if len(prompts) < n:
+        logger.warning(
+            "⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n
+        )
+    trainer.initial_entropy = measure_initial_entropy(trainer, prompts)
+    trainer._initial_entropy_source = "measured"
+    trainer._initial_entropy_prompts = len(prompts)
+    active = trainer.initial_entropy < core.LN2  # Eq. 6's gate (core.entropy_keep_mask, mode "auto")
+    logger.info(
+        "⟨H⟩_ini = %.4f nats on the first %d training prompts: the entropy filter (Eq. 6) is %s",
+        trainer.initial_entropy,
+        len(prompts),
+        "on" if active else "off",
+    )
+
+
 def save_state(directory: str, state: dict) -> None:
     """Write GTPO's trainer state (⟨H⟩_ini and how it was obtained) beside a checkpoint.
 

@@ -6,7 +6,8 @@ transformers or vLLM, rewards and advantages, PEFT, accumulation, DeepSpeed/FSDP
 - `_generate_and_score_completions`: after TRL computed the advantages, conflict spans (Sec. 5.1) are
   computed over the batch gathered from every rank, where whole groups are visible, and this rank's
   rows are sliced back exactly as TRL slices the advantages. They travel as two extra (B, T) bool
-  tensors (three with `conflict_guard`), which TRL's shuffle/split keeps aligned with the other per-row tensors.
+  tensors (one more each with `conflict_guard` and `conflict_exclude_common_prefix`), which TRL's
+  shuffle/split keeps aligned with the other per-row tensors.
 - `_compute_loss`: the same single forward TRL runs (log-probs and entropies come from its fused LM
   head), then `gtpo.core.gtpo_loss`: λ weights (Eq. 5), the entropy filter δ (Eq. 6), the entropy term
   (Eq. 7), PPO clipping whenever TRL supplies π_θold (several iterations per batch, off-policy
@@ -47,7 +48,13 @@ logger = logging.getLogger(__name__)
 FORWARD_SPAN = "gtpo_forward_span"
 BACKWARD_SPAN = "gtpo_backward_span"
 CONTESTED_SPAN = "gtpo_contested_span"  # the guard's tokens (conflict_guard; gtpo.core.contested_tokens)
-_SPAN_KEYS = {"forward": FORWARD_SPAN, "backward": BACKWARD_SPAN, "contested": CONTESTED_SPAN}
+COMMON_PREFIX_SPAN = "gtpo_common_prefix_span"  # conflict_exclude_common_prefix; gtpo.core.common_prefix_conflicts
+_SPAN_KEYS = {
+    "forward": FORWARD_SPAN,
+    "backward": BACKWARD_SPAN,
+    "contested": CONTESTED_SPAN,
+    "common_prefix": COMMON_PREFIX_SPAN,
+}
 
 # Optional model inputs TRL's `_compute_loss` forwards to `_get_per_token_logps_and_entropies`.
 _FORWARD_INPUT_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
@@ -179,9 +186,12 @@ class GTPOTrainer(GRPOTrainer):
         self._span_inputs_checked.add(mode)
         gathered = {"ids": all_ids, "mask": all_mask, "advantages": all_advantages, "forward": forward,
                     "backward": backward, "group_size": group_size}  # fmt: skip
-        if self.args.conflict_guard:  # the guard's tokens, on the spans it acts on (whole groups, as the spans)
-            sided = core.SPAN_SIDES[self.args.conflict_span_sides](forward, backward)
-            gathered["contested"] = core.contested_tokens(all_ids, all_mask, all_advantages, group_size, *sided)
+        sided = core.SPAN_SIDES[self.args.conflict_span_sides](forward, backward)  # the spans the correction acts on
+        rows = (all_ids, all_mask, all_advantages, group_size)  # whole groups, as the spans
+        if self.args.conflict_guard:
+            gathered["contested"] = core.contested_tokens(*rows, *sided)  # (N, T_max) the guard's tokens
+        if self.args.conflict_exclude_common_prefix:
+            gathered["common_prefix"] = core.common_prefix_conflicts(*rows, sided[0])  # (N, T_max)
         return gathered
 
     # ------------------------------------------------------------------ ⟨H⟩_ini
@@ -192,27 +202,7 @@ class GTPOTrainer(GRPOTrainer):
         return super()._prepare_inputs(generation_batch)
 
     def _measure_initial_entropy(self) -> None:
-        n = self.args.initial_entropy_prompts
-        if self.train_dataset is None:
-            raise ValueError(
-                "⟨H⟩_ini is measured on training prompts, but there is no train_dataset; set "
-                "GTPOConfig.initial_entropy, or entropy_filter to a mode other than 'auto'"
-            )
-        prompts = entropy_init.first_rows(self.train_dataset, n)
-        if len(prompts) < n:
-            logger.warning(
-                "⟨H⟩_ini: the training set has %d prompts, fewer than initial_entropy_prompts=%d", len(prompts), n
-            )
-        self.initial_entropy = entropy_init.measure_initial_entropy(self, prompts)
-        self._initial_entropy_source = "measured"
-        self._initial_entropy_prompts = len(prompts)
-        active = self.initial_entropy < core.LN2  # Eq. 6's gate (core.entropy_keep_mask, mode "auto")
-        logger.info(
-            "⟨H⟩_ini = %.4f nats on the first %d training prompts: the entropy filter (Eq. 6) is %s",
-            self.initial_entropy,
-            len(prompts),
-            "on" if active else "off",
-        )
+        entropy_init.measure_before_first_step(self)  # sets initial_entropy and where it came from
 
     def _save_checkpoint(self, model, trial):
         # Written before Trainer saves, so that the checkpoint it pushes to the hub (push_to_hub) has it too.
@@ -331,6 +321,7 @@ class GTPOTrainer(GRPOTrainer):
             forward_span=inputs.get(FORWARD_SPAN),
             backward_span=inputs.get(BACKWARD_SPAN),
             contested_span=inputs.get(CONTESTED_SPAN),
+            common_prefix_span=inputs.get(COMMON_PREFIX_SPAN),
             old_per_token_logps=old_per_token_logps,
             ref_per_token_logps=inputs.get("ref_per_token_logps"),
             token_entropy=entropies,
