@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "studies").glob("*.md"))]
 FROM_IMPORT = re.compile(r"^\s*from (gtpo(?:\.\w+)*) import ([\w, ()]+?)(?:\s+as \w+)?\s*(?:#.*)?$", re.MULTILINE)
 DOTTED = re.compile(r"`(gtpo(?:\.\w+)+)")
 FILE_TYPES = {"yaml", "md", "py", "json", "jsonl", "png", "txt"}  # `gtpo.yaml` is a recipe, not a module

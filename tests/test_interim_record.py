@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from study_pages import page  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-DOC = " ".join((ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text().split())  # one space between words
+DOC = " ".join((page("c") + page("d")).split())  # one space between words; the two studies' pages
 
 
 def _git(*args: str) -> str:

@@ -1,5 +1,6 @@
-"""The studies' answers, as README.md and docs/study-gtpo-vs-grpo.md quote them, are the committed summaries' (issue
-18): every per-arm interval and paired difference the two documents state is recomputed here from
+"""The studies' answers, as README.md's table and the study document quote them (docs/study-gtpo-vs-grpo.md, the
+index with the same table, and its pages under docs/studies/), are the committed summaries': every per-arm interval
+and paired difference the documents state is recomputed here from
 studies/<name>/summary.json, and study A's summary is checked against the committed held-out results it
 aggregates, study B's run counts against its committed metrics. An edit of the numbers, or a rerun that changes
 the files, fails here instead of going stale."""
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import flat, load_script  # noqa: E402
+from study_pages import INDEX, all_text, page, table_row  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
@@ -41,15 +43,25 @@ def _flat(path: Path) -> str:
     return flat(path.read_text())
 
 
-# F's two post-hoc subsections, each checked up to the next heading
-RUNAWAY_HEADING = "### After the analysis: the guard's runaway"
-COLLAPSE_HEADING = "### After the analysis: the collapse onto one"
+# F's two post-hoc subsections, each checked up to the next heading (the second one ends the page)
+RUNAWAY_HEADING = "## After the analysis: the guard's runaway"
+COLLAPSE_HEADING = "## After the analysis: the collapse onto one"
 
 
-def _section(start: str, end: str) -> list[str]:
-    """The lines of docs/study-gtpo-vs-grpo.md from heading ``start`` up to heading ``end``."""
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
-    return doc[doc.index(start) : doc.index(end)].splitlines()
+def _section(name: str, start: str | None = None, end: str | None = None) -> list[str]:
+    """The lines of the study page docs/studies/<name>.md, from heading ``start`` up to heading ``end`` when given."""
+    text = page(name)
+    return text[text.index(start) if start else 0 : text.index(end) if end else len(text)].splitlines()
+
+
+def _study_doc() -> str:
+    """The whole study document, index and pages, whitespace flattened."""
+    return flat(all_text())
+
+
+def _rows(study: str) -> tuple[str, str]:
+    """The studies' table row of ``study`` in the README and in the study document's index (the same table)."""
+    return table_row((ROOT / "README.md").read_text(), study), table_row(INDEX.read_text(), study)
 
 
 def _assert_arm_row(row: str, metrics: dict, names: tuple[str, ...]) -> None:
@@ -96,37 +108,28 @@ def test_summary_pass_at_1_is_the_mean_of_the_committed_results():
 
 
 def test_readme_states_the_summary_answer():
-    readme = _flat(ROOT / "README.md")
-    arms = {arm: SUMMARY["arms"][arm]["metrics"]["pass@1 %"] for arm in ("gtpo", "grpo")}
-    gtpo, grpo = (
-        f"{_num(d['mean'], 1)} % [{_num(d['low'], 1)}, {_num(d['high'], 1)}]" for d in (arms["gtpo"], arms["grpo"])
-    )
-    assert f"pass@1 GTPO {gtpo}, GRPO {grpo}" in readme
-    diff = PAIRS["pass@1 %"]
-    assert (
-        f"paired difference {_num(diff['mean'], 1, True)} points [{_num(diff['low'], 1)}, {_num(diff['high'], 1)}]"
-        in readme
-    )
-    assert f"maj@8 {_interval(PAIRS['maj@8 %'], 1, sign=True)}" in readme
-    entropy = PAIRS["entropy"]
-    assert f"({_num(entropy['mean'], 2)} nats [{_num(entropy['low'], 2)}, {_num(entropy['high'], 2)}])" in readme
-    # all of study A's paired verdicts on held-out metrics are "no detectable difference", as the README says
+    """Study A's row of the studies' table (README and the study document's index): its pass@1 difference is the
+    summary's, and every held-out verdict is "no detectable difference", as the row says."""
+    for row in _rows("A"):
+        assert f"| GTPO − GRPO held-out pass@1 {_interval(PAIRS['pass@1 %'], 2, sign=True)} points |" in row
+        assert "| 5 (seeds 0–4) | no |" in row and "| no detectable difference;" in row
+    # all of study A's paired verdicts on held-out metrics are "no detectable difference", as the row says
     assert all(PAIRS[m]["n"] == 5 and not (PAIRS[m]["low"] > 0 or PAIRS[m]["high"] < 0) for m in PAIRS if "@" in m)
-    assert "**no detectable difference** at this scale" in readme
-    assert "No: in the pre-registered study D GRPO's held-out accuracy was higher" in readme  # study D's answer
+    readme = _flat(ROOT / "README.md")  # the reading under the table: study D's answer
+    assert "At this scale GTPO did not beat GRPO: in the powered one-step studies D and F GRPO's held-out" in readme
 
 
 @pytest.mark.parametrize("metric", sorted(set(PAIRS) - {"maj@1 %"}))
 def test_study_document_states_each_paired_difference(metric):
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    doc = page("a")
     row = next((line for line in doc.splitlines() if line.startswith(f"| {metric.split(' ')[0]} ")), None)
-    assert row is not None, f"docs/study-gtpo-vs-grpo.md has no paired-difference row for {metric}"
+    assert row is not None, f"docs/studies/a.md has no paired-difference row for {metric}"
     assert _interval(PAIRS[metric], 2, sign=True) in row
 
 
 @pytest.mark.parametrize("arm", ["gtpo", "grpo"])
 def test_study_document_states_each_arm_mean(arm):
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    doc = page("a")
     row = next(line for line in doc.splitlines() if line.startswith(f"| {arm} | 13."))
     _assert_arm_row(row, SUMMARY["arms"][arm]["metrics"], HELD_OUT_ROW)
 
@@ -137,7 +140,7 @@ SUMMARY_B = json.loads((STUDY_B / "summary.json").read_text())
 
 
 def _section_b() -> list[str]:
-    return _section("## Study B", "## Study C")
+    return _section("b")
 
 
 def test_study_b_is_complete_with_three_paired_seeds_of_three_arms():
@@ -159,9 +162,10 @@ def test_study_b_document_states_each_paired_difference_and_its_reading():
 
 def test_readme_states_study_b_answer():
     reward = next(p["diff"] for p in SUMMARY_B["pairs"] if (p["a"], p["b"], p["metric"]) == ("gtpo", "grpo", "reward"))
-    readme = _flat(ROOT / "README.md")
-    assert f"reward GTPO − GRPO {_interval(reward, 2, sign=True)} of 20" in readme
-    assert all(p["verdict"] == "no detectable difference" for p in SUMMARY_B["pairs"])  # what the README says
+    for row in _rows("B"):
+        assert f"| reward GTPO − GRPO {_interval(reward, 2, sign=True)} of 20, last 10 steps |" in row
+        assert "| no detectable difference;" in row
+    assert all(p["verdict"] == "no detectable difference" for p in SUMMARY_B["pairs"])  # what the row says
 
 
 def test_the_fisher_exact_p_the_documents_quote():
@@ -189,7 +193,7 @@ def test_study_a_held_out_length_figures_are_the_results_files():
         arm: [json.loads((STUDY / f"runs/{arm}/seed{s}/eval/synthetic/results.json").read_text()) for s in range(5)]
         for arm in ("gtpo", "grpo")
     }
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
 
     def interval(values, digits, unit=""):
         m, half = statistics.mean(values), 2.776 * statistics.stdev(values) / 5**0.5
@@ -204,19 +208,16 @@ def test_study_a_held_out_length_figures_are_the_results_files():
 
 
 def test_study_a_gtpo_filter_arm_is_complete_and_documented():
-    """The third arm's per-arm row, its 22 paired rows with their readings, and the README's pass@1 figure are the
-    summary's; its seeds 1 and 4 are gtpo's seeds 1 and 4 (the auto filter was on there), which the document
-    states from the held-out samples: identical files."""
+    """The third arm's per-arm row and its 22 paired rows with their readings are the summary's; its seeds 1 and 4
+    are gtpo's seeds 1 and 4 (the auto filter was on there), which the document states from the held-out samples:
+    identical files."""
     assert SUMMARY["arms"]["gtpo-filter"]["aggregated_seeds"] == [0, 1, 2, 3, 4]
-    rows = _section("## Study A", "## Study B")
+    rows = _section("a")
     metrics = SUMMARY["arms"]["gtpo-filter"]["metrics"]
     _assert_arm_row(next(line for line in rows if line.startswith("| gtpo-filter | ")), metrics, HELD_OUT_ROW)
     pairs = [p for p in SUMMARY["pairs"] if "gtpo-filter" in (p["a"], p["b"]) and p["metric"] != "maj@1 %"]
     assert len(pairs) == 22
     _assert_pair_rows(rows, pairs)
-    assert f"pass@1 {_num(metrics['pass@1 %']['mean'], 1)} % [{_num(metrics['pass@1 %']['low'], 1)}, " in _flat(
-        ROOT / "README.md"
-    )
     for seed in (1, 4):
         same = [
             (STUDY / f"runs/{arm}/seed{seed}/eval/synthetic/samples.jsonl").read_bytes()
@@ -247,7 +248,7 @@ def test_the_steps_without_reward_signal_the_document_states():
                   for m in study.glob(f"runs/{arm}/seed*/metrics.jsonl")]  # fmt: skip
         return min(counts), max(counts)
 
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     low, high = zero_std(STUDY, ("gtpo", "grpo"))
     assert f"in {low}–{high} of the 40 steps of every `gtpo` and `grpo` run" in doc
     low, high = zero_std(STUDY, ("gtpo-filter",))
@@ -258,7 +259,7 @@ def test_the_steps_without_reward_signal_the_document_states():
 
 def test_the_two_different_four_of_six_subsets_of_study_b():
     """'4 of 6' counts two subsets: the runs that ended at the length limit and the runs whose raw entropy exceeded
-    ln 2 after step 2; the document names both, and they differ."""
+    ln 2 after step 2; study B's page names both, and they differ; the studies' table names the first."""
     import math
 
     high_entropy = sorted(
@@ -267,9 +268,11 @@ def test_the_two_different_four_of_six_subsets_of_study_b():
         if any(r["step"] > 2 and r["entropy"] > math.log(2) for r in _steps(m))
     )
     assert high_entropy == ["entropy-only/seed0", "entropy-only/seed1", "grpo/seed0", "grpo/seed1"]
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     assert "but not the same four: grpo seeds 0 and 1 and entropy-only seeds 0 and 1" in doc
-    assert "(grpo seeds 1, 2, entropy-only seeds 0, 2)" in doc and "(grpo seeds 0, 1, entropy-only seeds 0, 1)" in doc
+    assert "grpo seeds 1 and 2, entropy-only seeds 0 and 2" in flat(page("b"))  # the runs that ended at the limit
+    for row in _rows("B"):
+        assert "4 of the 6 grpo and entropy-only runs did (grpo seeds 1, 2, entropy-only seeds 0, 2)" in row
 
 
 @functools.cache
@@ -287,7 +290,7 @@ def test_gtpo_filter_interval_over_the_seeds_where_the_arms_differ():
 
     assert [_pass1("gtpo", s) - _pass1("gtpo-filter", s) for s in (1, 4)] == [0.0, 0.0]
     interval = mean_interval([_pass1("gtpo", s) - _pass1("gtpo-filter", s) for s in (0, 2, 3)])
-    assert _interval(interval.as_dict(), 2, sign=True) in _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    assert _interval(interval.as_dict(), 2, sign=True) in _study_doc()
 
 
 def test_the_power_lines_are_the_scripts():
@@ -297,7 +300,7 @@ def test_the_power_lines_are_the_scripts():
 
     analysis = _analysis()
     sd = statistics.stdev([_pass1("gtpo", s) - _pass1("grpo", s) for s in range(5)])
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     low, high = sd * math.sqrt(4 / 11.143), sd * math.sqrt(4 / 0.4844)
     assert f"is {sd:.2f} points (95 % interval {low:.1f}–{high:.1f}" in doc
     assert f"difference of {analysis.detectable_effect(sd, 5):.1f} points at SD {sd:.2f}" in doc
@@ -317,7 +320,7 @@ SEEDS_C = list(range(100, 112))
 
 
 def _section_c() -> list[str]:
-    return _section("## Study C", "## Study D")
+    return _section("c")
 
 
 def _last_steps(metrics: Path) -> dict[int, dict]:
@@ -372,8 +375,8 @@ def test_study_c_primary_outcome_is_the_registered_rule_and_documented():
     assert f"(two-sided p = {result['p_two_sided']:.3f}, secondary)" in section
     readme = _flat(ROOT / "README.md")
     assert f"gtpo {g} of 12 runs ran away, grpo {r} of 12 (one-sided Fisher exact p = {p_less:.3f}" in readme
-    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
-    assert f"{g} of 12 GTPO runs ran away against {r} of 12 GRPO runs, one-sided Fisher exact p = {p_less:.3f}" in top
+    for row in _rows("C"):
+        assert f"| gtpo {g} of 12 runs ran away, grpo {r} of 12 (one-sided Fisher exact p = {p_less:.3f}, α" in row
 
 
 @pytest.mark.parametrize("arm", ["gtpo", "grpo"])
@@ -406,7 +409,7 @@ def test_study_c_secondary_and_post_hoc_figures():
 
     from gtpo.compare.stats import mean
 
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     runs = {arm: {s: _c_run(arm, s) for s in SEEDS_C} for arm in ("gtpo", "grpo")}
 
     def last10(rows: dict, key: str) -> float:
@@ -476,7 +479,7 @@ def test_study_c_post_hoc_ablations_are_the_committed_runs():
             theirs = _c_run("gtpo", s)[1]
             assert mine["completions/mean_length"] == theirs["completions/mean_length"]
             assert mine["reward"] == theirs["reward"]
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     assert "0 of 5 found the full format in 10 steps, as GTPO;" in doc
     assert "4 of 5 did (seeds 100, 104, 105, 110, at steps 5, 2, 2, 2; seed 108 not)" in doc
     # The step-10 entropies, pair by pair: test_the_entropy_of_each_stalled_gtpo_run_against_its_grpo_twin_...
@@ -532,7 +535,7 @@ def _assert_primary_documented(section: str, label: str, diffs: list[float]) -> 
 
 
 def _section_d() -> list[str]:
-    return _section("## Study D", "## Study E")
+    return _section("d")
 
 
 def test_study_d_is_complete_with_twelve_evaluated_pairs():
@@ -544,8 +547,8 @@ def test_study_d_is_complete_with_twelve_evaluated_pairs():
 
 def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
     """By hand, independent of the analysis script: d_S = 100 x (gtpo - grpo) pass@1 from the 24 results.json files,
-    mean +- 2.201 s / sqrt(12); the script, the summary, the study document (top and section) and the README state
-    it, with the effects it excludes."""
+    mean +- 2.201 s / sqrt(12); the script, the summary, the study page, and the studies' table (README and index)
+    state it, the page with the effects it excludes."""
     diffs = [_pass1("gtpo", s, STUDY_D) - _pass1("grpo", s, STUDY_D) for s in SEEDS_D]
     mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
     low, high = mean - 2.201 * sd / 12**0.5, mean + 2.201 * sd / 12**0.5
@@ -560,17 +563,10 @@ def test_study_d_primary_outcome_is_the_registered_computation_and_documented():
     figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
     assert f"any GTPO advantage (every effect above {_num(high, 2)} points)" in section
     assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 12 seeds" in section
-    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
-    assert f"GTPO − GRPO pass@1 {figure}" in top
+    top = flat(INDEX.read_text())
     assert f"the observed SD, {sd:.2f} points, gives 80 % power at {_analysis().detectable_effect(sd, 12):.1f}" in top
-    readme = _flat(ROOT / "README.md")
-    assert f"GTPO − GRPO held-out pass@1 {figure} over seeds 100–111" in readme
-    arms = {a: SUMMARY_D["arms"][a]["metrics"]["pass@1 %"] for a in ("gtpo", "grpo")}
-    assert (
-        f"held-out pass@1 GTPO {_num(arms['gtpo']['mean'], 1)} % [{_num(arms['gtpo']['low'], 1)}, "
-        f"{_num(arms['gtpo']['high'], 1)}], GRPO {_num(arms['grpo']['mean'], 1)} % [{_num(arms['grpo']['low'], 1)}, "
-        f"{_num(arms['grpo']['high'], 1)}]"
-    ) in readme
+    for row in _rows("D"):
+        assert f"| 12 (seeds 100–111) | yes | GTPO − GRPO held-out pass@1 {figure} | GRPO ahead," in row
 
 
 def test_study_d_held_out_length_and_post_hoc_figures():
@@ -610,7 +606,7 @@ def test_study_d_held_out_length_and_post_hoc_figures():
 def test_the_entropy_of_each_stalled_gtpo_run_against_its_grpo_twin_is_the_metrics_files():
     """The corrected reading of C's stall: each stalled GTPO run's step-10 completion entropy against its GRPO twin's,
     as the study document states them, recomputed from the committed metrics.jsonl (the last row of step 10)."""
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
 
     def entropy(study: str, arm: str, seed: int) -> float:
         rows = _steps(ROOT / "studies" / study / "runs" / arm / f"seed{seed}" / "metrics.jsonl")
@@ -636,13 +632,13 @@ ABLATIONS = ROOT / "studies" / "smollm2-synthetic-lr1e-3-ablations"
 
 
 def test_the_one_flag_ablation_table_is_the_committed_runs():
-    """docs/study-gtpo-vs-grpo.md's "One flag at a time" table, recomputed from the committed 15-step runs with study
+    """docs/studies/mechanism.md's "One flag at a time" table, recomputed from the committed 15-step runs with study
     E's stall rule and first-full-format step (scripts/analyze_preregistered.py), and its control equal to the guard
     screen's GTPO runs step for step."""
     analysis = _analysis()
     seeds = (100, 104, 105, 108, 110)
     arms = ("gtpo", "forward-only", "backward-only", "no-doubling", "no-protection", "protect-only", "authors-code")
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     for arm in arms[1:]:
         result = analysis.study_e(ABLATIONS, arms=("gtpo", arm))
         assert result["pairs"] == 5
@@ -675,7 +671,7 @@ F_ARMS = ("gtpo-guard", "grpo")
 
 
 def _section_f() -> list[str]:
-    return _section("## Study F", "## The two-step task")
+    return _section("f")
 
 
 def _f_flat() -> str:
@@ -720,8 +716,8 @@ def _assert_twenty_pair_primary(diffs: list[float], result: dict, summary: dict,
 @pytest.mark.slow
 def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     """By hand, independent of the analysis script: d_S = 100 x (gtpo-guard - grpo) pass@1 from the 40 results.json
-    files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the summary, the study
-    document (top and section), the README and GTPOConfig.conflict_guard's help state it."""
+    files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the summary, the study page,
+    the studies' table (README and index) and GTPOConfig.conflict_guard's help state it."""
     diffs = [_pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F]
     sd = statistics.stdev(diffs)
     result = _study_f()
@@ -729,13 +725,10 @@ def test_study_f_primary_outcome_is_the_registered_computation_and_documented():
     section = _f_flat()
     figure = _assert_primary_documented(section, "GTPO with the guard − GRPO", diffs)
     assert f"guard arm was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
-    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
-    short = f"{_num(result['mean'], 2)} [{_num(result['low'], 2)}, {_num(result['high'], 2)}]"
-    assert f"GTPO with the stall guard's was too, {short}" in top
-    assert f"held-out pass@1 {figure}; no guard run stalled" in top
+    top = flat(INDEX.read_text())
     assert f"its observed SD, {sd:.2f} points, gives 80 % power at {_analysis().detectable_effect(sd, 20):.1f}" in top
-    readme = _flat(ROOT / "README.md")
-    assert f"GTPO with the guard − GRPO held-out pass@1 {figure} over seeds 300–319" in readme
+    for row in _rows("F"):
+        assert f"| 20 (seeds 300–319) | yes | GTPO with the guard − GRPO held-out pass@1 {figure} | GRPO still" in row
     from gtpo.trainer.config import GTPOConfig
 
     help_text = GTPOConfig.__dataclass_fields__["conflict_guard"].metadata["help"]
@@ -750,7 +743,7 @@ G_ARMS = ("gtpo", "grpo")
 
 
 def _section_g() -> list[str]:
-    return _section("## Study G", "## The earlier partial study")
+    return _section("g")
 
 
 # The three held-out studies (D, F, G): section, summary, folder, arms. Their document sections have the same tables.
@@ -846,7 +839,7 @@ def test_study_f_post_hoc_figures_are_the_committed_runs():
 
 
 def test_the_guard_gamma_screen_is_the_committed_runs():
-    """docs/study-gtpo-vs-grpo.md's exploratory screen after study F: its control repeats F's two runaway gtpo-guard
+    """docs/studies/f.md's exploratory screen after study F: its control repeats F's two runaway gtpo-guard
     runs step for step (reward and loss), its per-run table is the script's, the γ = 0 runs did not run away, and
     the share of all-equal-reward steps it quotes is F's metrics files'."""
     screen = ROOT / "studies" / "smollm2-synthetic-lr2e-4-guard-gamma"
@@ -856,7 +849,7 @@ def test_the_guard_gamma_screen_is_the_committed_runs():
         assert len(control) == 40 and [(r["reward"], r["loss"]) for r in control.values()] == [
             (r["reward"], r["loss"]) for r in f_run.values()
         ]
-    section = _section(RUNAWAY_HEADING, COLLAPSE_HEADING)
+    section = _section("f", RUNAWAY_HEADING, COLLAPSE_HEADING)
     rows = _analysis().runs_table(screen)
     for line in rows:
         assert line in section, line
@@ -881,7 +874,7 @@ T_975_31 = 2.0395  # t_{0.975, 31}, from a printed t table (independent of gtpo.
 
 
 def _section_e() -> str:
-    return flat(" ".join(_section("## Study E", "## The mechanism, in tokens")))
+    return flat(" ".join(_section("e")))
 
 
 def test_study_e_registered_secondary_per_arm_values_are_the_metrics_files():
@@ -955,8 +948,8 @@ def _welch_p_by_integration(a: list[float], b: list[float]) -> tuple[float, floa
 
 def test_study_f_subgroup_pattern_is_worded_with_its_welch_test():
     """The post-hoc subgroup difference (first group without the full format vs the others) is described as a pattern:
-    the document and README give Welch's p (recomputed here by numerical integration), which is above 0.05, and the
-    two subgroup intervals overlap."""
+    the study page gives Welch's p (recomputed here by numerical integration), which is above 0.05, and the two
+    subgroup intervals overlap; the README does not state the pattern as a finding."""
     diffs = {s: _pass1("gtpo-guard", s, STUDY_F) - _pass1("grpo", s, STUDY_F) for s in SEEDS_F}
     lacking = [305, 306, 307, 309, 312, 313, 315, 316, 317]
     a, b = [diffs[s] for s in lacking], [d for s, d in diffs.items() if s not in lacking]
@@ -971,15 +964,13 @@ def test_study_f_subgroup_pattern_is_worded_with_its_welch_test():
     assert f"(Welch's t-test, t = {t:.2f} on {df:.1f} degrees of freedom, two-sided p = {p:.2f};" in section
     assert "(a pattern seen after the analysis, post hoc, not a finding)" in section
     assert "The gap is not where the stall was" not in section
-    readme = _flat(ROOT / "README.md")
-    assert f"a subgroup difference that cannot be told from chance (Welch p = {p:.2f})" in readme
-    assert "the gap came mostly from" not in readme
+    assert "the gap came mostly from" not in _flat(ROOT / "README.md")
 
 
 def test_study_f_stall_is_stated_as_the_data_show():
     """The reading states the registered stall secondary as descriptive with its two McNemar p's (the script's), the
-    guard's late stall at seed 313, and that F has no plain-GTPO arm; the README states the late stall too; the
-    train.log claim is stated as not checkable (no run folder of F holds a log)."""
+    guard's late stall at seed 313, and that F has no plain-GTPO arm; the studies' table states the stall rule's
+    counts; the train.log claim is stated as not checkable (no run folder of F holds a log)."""
     stall = _study_f()["secondary_stall"]
     section = _f_flat()
     p_guard, p_grpo = stall["p_one_sided_guard_stalls_more"], stall["p_one_sided_grpo_stalls_more"]
@@ -987,8 +978,9 @@ def test_study_f_stall_is_stated_as_the_data_show():
     assert "one guard run (seed 313) stalled after step 15" in section
     assert "F has no plain-GTPO arm" in section
     assert "The guard did what it was built for" not in section
-    readme = _flat(ROOT / "README.md")
-    assert "no guard run stalled by study E's rule (GRPO 1 of 20), one (seed 313) stalled after step 15" in readme
+    assert stall["stalled"]["gtpo-guard"] == [] and stall["stalled"]["grpo"] == [313]
+    for row in _rows("F"):
+        assert "no guard run stalled by study E's rule (GRPO 1 of 20) |" in row
     assert not [p for p in (STUDY_F / "runs").rglob("*") if p.name in ("train.log", "train-log.txt")]
     assert "those logs are gone, so the claim cannot be checked from the repository" in section
 
@@ -1008,7 +1000,7 @@ def test_the_guard_gamma_runs_part_where_the_document_says():
                    if len({str(records.read_step(r, t)["columns"]["completion_ids"]) for r in runs}) == 2)  # fmt: skip
         parted[seed] = (reward, ids)
     assert all(ids <= reward for reward, ids in parted.values())  # different rewards need different completions
-    text = flat(" ".join(_section(RUNAWAY_HEADING, COLLAPSE_HEADING)))
+    text = flat(" ".join(_section("f", RUNAWAY_HEADING, COLLAPSE_HEADING)))
     assert (
         f"the runs' rewards part from step {parted[309][0]} (seed 309) and step {parted[314][0]} (seed 314) on, their "
         f"sampled completions from step {parted[309][1]} and step {parted[314][1]})"
@@ -1028,7 +1020,7 @@ def _words(n: int) -> str:
 
 
 def _collapse_lines() -> list[str]:
-    return _section(COLLAPSE_HEADING, "## The two-step task")
+    return _section("f", COLLAPSE_HEADING)
 
 
 def _collapse_section() -> str:
@@ -1247,10 +1239,10 @@ def _pilot_heldout(folder: Path) -> dict:
 
 
 def test_the_pilot_section_quotes_the_committed_pilot_runs():
-    """docs/study-gtpo-vs-grpo.md, "The two-step task and its pilot": the base model's and gtpo/seed390's held-out
+    """docs/studies/two-step-pilot.md, "The two-step task and its pilot": the base model's and gtpo/seed390's held-out
     figures, gtpo/seed390's training figures and its protected-span counts, each recomputed from the committed files
     (samples.jsonl, results.json, metrics.jsonl, the completion record)."""
-    doc = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
+    doc = _study_doc()
     base = _pilot_heldout(PILOT / "base-model" / "eval" / "two-step")
     assert base["samples"] == 800 and base["pass@1"] == pytest.approx(base["results pass@1"])
     assert (
@@ -1292,13 +1284,12 @@ def test_the_pilot_section_quotes_the_committed_pilot_runs():
     assert counts["negative, correct first step"] == counts["negative, span holds the correct first step"]
     grpo40 = _pilot_heldout(PILOT / "step40" / "grpo" / "seed390" / "eval" / "two-step")
     assert f"**held-out pass@1 {grpo40['pass@1']:.1f} %** (pass@8 {grpo40['pass@8']:.1f} %)" in doc
-    readme = _flat(ROOT / "README.md")  # its one sentence on the pilot
-    assert f"GRPO at the same seed was at {grpo40['pass@1']:.1f} % by step 40" in readme
-    # both arms at the same step: GTPO's step-40 figure beside GRPO's, its step-60 figure labelled as such
-    assert (
-        f"held-out pass@1 rose from the base model's {base['pass@1']:.1f} % to {step40['pass@1']:.1f} % by step 40 "
-        f"({held['pass@1']:.1f} % at step 60); GRPO at the same seed was at {grpo40['pass@1']:.1f} % by step 40"
-    ) in readme
+    # the studies' table (README and index): both arms at the same step, beside the base model
+    for row in _rows("pilot"):
+        assert (
+            f"| held-out pass@1 at step 40: GTPO {step40['pass@1']:.1f} %, GRPO {grpo40['pass@1']:.1f} % "
+            f"(the base model {base['pass@1']:.1f} %) |"
+        ) in row
 
 
 # Study G (issue 48, item 5): GTPO against GRPO on the two-step task, studies/smollm2-two-step-g/PREREGISTRATION.md.
@@ -1345,20 +1336,18 @@ def test_study_g_is_complete_with_twenty_evaluated_pairs_each_launched_once():
 def test_study_g_primary_outcome_is_the_registered_computation_and_documented():
     """By hand, independent of the analysis script: d_S = 100 x (gtpo - grpo) pass@1 from the 40
     eval/two-step/results.json files, mean +- 2.093 s / sqrt(20) (t_{0.975, 19}, the registration's); the script, the
-    summary, the study document (top and section) and the README state it with the registered two-sided reading."""
+    summary and the study page state it with the registered two-sided reading, the studies' table (README and index)
+    with its SD."""
     diffs = [_pass1("gtpo", s, STUDY_G, "two-step") - _pass1("grpo", s, STUDY_G, "two-step") for s in SEEDS_G]
     sd = statistics.stdev(diffs)
     _assert_twenty_pair_primary(diffs, _study_g(), SUMMARY_G, SEEDS_G)
     section = _g_flat()
     figure = _assert_primary_documented(section, "GTPO − GRPO", diffs)
     assert f"GTPO was lower at {sum(d < 0 for d in diffs)} of 20 seeds" in section
-    top = _flat(ROOT / "docs" / "study-gtpo-vs-grpo.md")
-    assert f"on the two-step task GTPO − GRPO held-out pass@1 {figure}" in top
-    readme = _flat(ROOT / "README.md")
-    assert f"GTPO − GRPO held-out pass@1 {figure} over seeds 400–419" in readme
-    arms = {a: SUMMARY_G["arms"][a]["metrics"]["pass@1 %"]["mean"] for a in G_ARMS}
-    assert f"(GTPO {arms['gtpo']:.2f} %, GRPO {arms['grpo']:.2f} %)" in readme
-    assert f"{sd:.2f} points" in readme and f"its SD of the differences, {sd:.2f} points" in top
+    detectable = _analysis().detectable_effect(sd, 20)
+    for row in _rows("G"):
+        assert f"| 20 (seeds 400–419) | yes | GTPO − GRPO held-out pass@1 {figure} | no difference detected;" in row
+        assert f"at the SD of the differences, {sd:.2f} points, 20 pairs detect only {detectable:.1f} points" in row
 
 
 def _arms_and_paired(values: dict[str, dict[int, float]], unit: str) -> str:
@@ -1422,15 +1411,33 @@ def test_study_g_registered_secondaries_are_the_committed_runs():
 
 
 def test_study_g_post_hoc_pattern_is_the_committed_results():
-    """The pattern the reading and the README state as seen after the analysis: the seeds where GTPO's held-out
+    """The pattern the reading states as seen after the analysis: the seeds where GTPO's held-out
     pass@1 stayed below 11 % (all above GRPO's lowest), and how many of the other seeds GTPO was higher at, from the
     40 results.json files."""
     low = [s for s in SEEDS_G if _pass1("gtpo", s, STUDY_G, "two-step") < 11]
     grpo_lowest = min(_pass1("grpo", s, STUDY_G, "two-step") for s in SEEDS_G)
     higher = sum(_pass1("gtpo", s, STUDY_G, "two-step") > _pass1("grpo", s, STUDY_G, "two-step")
                  for s in SEEDS_G if s not in low)  # fmt: skip
-    section, readme = _g_flat(), _flat(ROOT / "README.md")
+    section = _g_flat()
     assert f"At {len(low)} of 20 seeds ({', '.join(map(str, low))}) GTPO's held-out pass@1 was below 11 %" in section
     rest = f"{higher} of the other {20 - len(low)}"
     assert f"(GRPO's lowest at any seed: {grpo_lowest:.1f} %), while at {rest}" in section
-    assert f"{len(low)} of 20 seeds GTPO's held-out pass@1 stayed below 11 %, and at {higher} of the other" in readme
+
+
+def test_the_studies_table_is_one_table_and_its_figures_are_the_pages():
+    """The README's studies table is the index's (links one folder apart), and every number the README's study section
+    (table and reading) states is on the study document's pages: the README quotes, it computes nothing of its own."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## What the studies found") : readme.index("## Documentation")]
+    rows = [line for line in section.splitlines() if re.match(r"\| \[\w+\]\(", line)]
+    index_rows = [line for line in INDEX.read_text().splitlines() if re.match(r"\| \[\w+\]\(", line)]
+    assert [row.replace("](docs/studies/", "](studies/") for row in rows] == index_rows
+    assert [re.match(r"\| \[(\w+)\]", row)[1] for row in rows] == ["A", "B", "C", "D", "E", "F", "pilot", "G"]
+    pages = flat(all_text())
+    for link in re.findall(r"\]\((docs/studies/[\w-]+\.md)\)", section):
+        assert (ROOT / link).is_file(), link
+    prose = re.sub(r"\]\([^)]*\)", "]", section)  # the numbers, not the links' file names
+    for number in re.findall(r"[−+]?\d+(?:\.\d+)?", prose):
+        assert number.lstrip("+") in pages, number

@@ -22,7 +22,11 @@ from gtpo.cli.main import PARSERS, parse_command
 from gtpo.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "studies").glob("*.md")),
+]
 PREFIXES = ("gtpo ", ".venv/bin/gtpo ", "python -m gtpo.cli ", ".venv/bin/python -m gtpo.cli ")
 FENCE = re.compile(r"^```")
 INLINE = re.compile(r"`((?:\.venv/bin/)?gtpo (?:" + "|".join(map(re.escape, PARSERS)) + r")\b[^`]* --?\w[^`]*)`")
@@ -51,7 +55,7 @@ def _command_argv(line: str, variables: dict[str, str]) -> list[str] | None:
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:
-    """(where, argv) of every gtpo command line in README.md and docs/*.md."""
+    """(where, argv) of every gtpo command line in README.md, docs/*.md and docs/studies/*.md."""
     found = []
     for doc in DOCUMENTS:
         lines = doc.read_text().splitlines()

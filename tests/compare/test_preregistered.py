@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import load_script  # noqa: E402
+from study_pages import page  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 analysis = load_script("analyze_preregistered")
@@ -152,7 +153,7 @@ def test_per_run_table_reproduces_study_b_documented_rows():
     entropy, length, clipped share over the last 10 steps and the most clipped step; and its runaway column is the
     primary rule's (grpo seeds 1, 2 and entropy-only seeds 0, 2)."""
     study_b = ROOT / "studies" / "smollm2-synthetic-lr1e-3"
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    doc = page("b")
     documented = {line.split(" | ")[0][2:]: line.split(" | ") for line in doc.splitlines()
                   if line.startswith("| ") and "/seed" in line.split(" | ")[0] and line.count(" | ") == 8}  # fmt: skip
     table = analysis.runs_table(study_b)
@@ -254,7 +255,7 @@ def test_study_e_rule_on_study_c_finds_the_documented_stalled_seeds():
     assert result["first_full_format_step"]["gtpo"][106] == 12
     assert result["first_group_differs"] == []
     assert result["p_one_sided"] == pytest.approx(1 / 32)  # 5 discordant pairs, all one way
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    doc = page("c")
     assert "seeds 100, 104, 105, 108, 110" in doc
 
 
@@ -314,7 +315,7 @@ def test_per_seed_table_reproduces_study_a_documented_rows():
     (written when study A ended, before this function existed), plus each seed's pass@1 difference, gtpo's
     results.json pass@1 minus grpo's, by hand."""
     study_a = ROOT / "studies" / "smollm2-synthetic-lr2e-4"
-    doc = (ROOT / "docs" / "study-gtpo-vs-grpo.md").read_text()
+    doc = page("a")
     table = analysis.seeds_table(study_a)
     assert len(table) == 2 + 5
     for line in table[2:]:

@@ -71,7 +71,7 @@ def test_contested_tokens_match_the_definition_on_random_groups(g):
 
 
 def test_the_stall_pattern_gets_no_push_instead_of_a_doubled_one():
-    """E's stalled groups, in tokens (docs/study-gtpo-vs-grpo.md): positives 0-1 open with the format tag (7), positive
+    """E's stalled groups, in tokens (docs/studies/mechanism.md): positives 0-1 open with the format tag (7), positive
     2 opens with the restated question (5 5 6) that negatives 3-6 also open with; rewards 1,1,1,0,0,0,0,0."""
     rows = [[7, 1, 9], [7, 2, 9], [5, 5, 6, 3], [5, 5, 6, 4], [5, 5, 6, 8], [5, 5, 6, 4, 4], [5, 5, 6, 1], [2, 8]]
     adv = core.group_advantages(torch.tensor([1.0, 1, 1, 0, 0, 0, 0, 0]), 8)
