@@ -65,7 +65,8 @@ def test_the_flag_is_read_from_a_config_file(tmp_path):
 
 def test_defaults_of_the_python_entry_points_are_graphs_on():
     assert EvalConfig(model="tiny", output_dir="x").cuda_graphs is True
-    assert LazyBackend("tiny", "transformers")._args[-1] is True
+    assert LazyBackend("tiny", "transformers")._options == {}
+    assert LazyBackend("tiny", "transformers", graphs=False)._options == {"graphs": False}
 
 
 def _eval(tmp_path, shared_data, name, *flags):
@@ -98,8 +99,8 @@ def test_the_flag_reaches_the_backend_and_the_samples_are_the_same(tmp_path, sha
 
 def test_vllm_is_told_enforce_eager_only_when_graphs_are_off(monkeypatch):
     """The vLLM factory maps ``graphs=False`` to vLLM's ``enforce_eager=True`` and passes nothing by default (vLLM's
-    own default, graphs on a GPU); `make_backend` passes ``graphs`` only when it is False, so a factory with the
-    older (model, dtype, seed) signature keeps working by default."""
+    own default, graphs on a GPU); `make_backend` hands its options to the factory, and passes none by default, so a
+    factory with the older (model, dtype, seed) signature keeps working there."""
     seen = []
     monkeypatch.setattr(backends, "VLLMBackend", lambda model, **kwargs: seen.append(kwargs))
     backends._make_vllm("m", None, 3)

@@ -109,13 +109,12 @@ def vllm_available() -> bool:
     return torch.cuda.is_available()
 
 
-# Name registry: `--backend` choices, each a factory (model, dtype, seed, graphs=True) -> Backend.
+# `--backend` choices: factories (model, dtype, seed, graphs=True); graphs=False is eager (vLLM: enforce_eager).
 def _make_transformers(model: str, dtype: str | None, seed: int, graphs: bool = True) -> Backend:
     return TransformersBackend(model, dtype=dtype, graphs=graphs)
 
 
 def _make_vllm(model: str, dtype: str | None, seed: int, graphs: bool = True) -> Backend:
-    # vLLM's own switch for the same thing: `enforce_eager=True` runs the model eagerly, no CUDA graph captured.
     return VLLMBackend(model, dtype=dtype, seed=seed, **({} if graphs else {"enforce_eager": True}))
 
 
@@ -138,26 +137,12 @@ def choose_backend(name: str, model: str) -> str:
     return name
 
 
-def make_backend(
-    model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, graphs: bool = True
-) -> Backend:
-    """Load ``model`` (hub id, directory, LoRA adapter directory, "tiny", "smollm2") into a backend.
-
-    Args:
-        model: what to load. backend: a name of :data:`BACKEND_CHOICES`. dtype: the weights' dtype (None: the
-            backend's default). seed: vLLM's engine seed (each sample has its own seed in both backends).
-        graphs: False decodes without CUDA graphs (`gtpo eval --cuda_graphs false`): the transformers backend's
-            eager `decode`, vLLM's ``enforce_eager=True``. The same distribution either way; no effect on a CPU.
-
-    Returns:
-        The loaded :class:`Backend`.
-    """
+def make_backend(model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, **options) -> Backend:
+    """Load ``model`` (hub id, directory, LoRA adapter directory, "tiny", "smollm2"); ``options``: ``graphs=False``."""
     model = os.fspath(model)
     name = choose_backend(backend, model)
     logger.info("evaluation backend: %s", name)
-    if graphs:  # the factories' default: a stand-in factory (model, dtype, seed) keeps working
-        return BACKENDS[name](model, dtype, seed)
-    return BACKENDS[name](model, dtype, seed, graphs=False)
+    return BACKENDS[name](model, dtype, seed, **options)
 
 
 # The rows of the batch that are still decoding, in the order of the scores a sampler is given (None: all rows).
@@ -259,8 +244,6 @@ class TransformersBackend(SeededBackend):
         self.fast = why is None
         self.stats = DecodeStats()
         self.recorder = self._graph_recorder() if self.fast and graphs else None
-        if self.fast and not graphs and self.device.type == "cuda":
-            logger.info("evaluation: CUDA graphs off (graphs=False, `gtpo eval --cuda_graphs false`): eager decode")
 
     def _graph_recorder(self):
         """What records the fixed-shape decoding steps on this device (a CUDA graph on CUDA), or None: eager

@@ -138,12 +138,13 @@ class LazyBackend:
     def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, graphs: bool = True):
         self.name = choose_backend(backend, model)
         self.one_call = self.name == "vllm"  # see VLLMBackend.one_call
-        self._args = (model, self.name, dtype, seed, graphs)
+        self._args = (model, self.name, dtype, seed)
+        self._options = {} if graphs else {"graphs": False}  # a factory that does not know `graphs` works by default
         self._backend: Backend | None = None
 
     def generate(self, prompts, seeds, sampling):
         if self._backend is None:
-            self._backend = make_backend(*self._args)
+            self._backend = make_backend(*self._args, **self._options)
         return self._backend.generate(prompts, seeds, sampling)
 
 
