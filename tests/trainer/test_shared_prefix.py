@@ -364,7 +364,7 @@ def test_masked_completions_give_trl_padded_scores_loss_and_gradients(
     per-token log-probs and entropies (within 1e-5) and, through `_compute_loss` (dapo, off-policy so the ratio
     moves), the loss of the same call with `use_prefix_sharing=False` (within 1e-5) and its parameter gradients
     (‖Δg‖/‖g‖ ≤ 1e-4 per tensor, so exactly zero where TRL's are, and on the same parameters)."""
-    monkeypatch.setattr(shared_prefix, "packed_is_cheaper", lambda *a: True)
+    monkeypatch.setenv(shared_prefix.LAYOUT_ENV, "packed")  # the user's override: pack whatever the costs say
     packed_calls = []
     original = shared_prefix.packed_logps
     monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
@@ -490,7 +490,7 @@ def test_layout_rule_picks_the_layout_that_was_faster_on_the_gpu(log, width):
     assert shared_prefix.packed_is_cheaper(config, 8, padded_length, packed_length, "cpu")
     if log == "step-t07.log":
         measured = (times["gtpo"] - times["gtpo-padded"]) / 1e3
-        assert shared_prefix.PACKING_OVERHEAD_S["cuda"] == pytest.approx(measured, abs=1e-4)
+        assert shared_prefix.LAYOUT_COSTS["cuda"].overhead_s == pytest.approx(measured, abs=1e-4)
 
 
 def test_layout_rule_packs_qwen3b_and_long_completions_on_cuda():
@@ -508,8 +508,7 @@ def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(mo
     scores the batch. Simulated on the CPU by giving "cpu" the GPU's overhead."""
     from types import SimpleNamespace
 
-    monkeypatch.setitem(shared_prefix.PACKING_OVERHEAD_S, "cpu", shared_prefix.PACKING_OVERHEAD_S["cuda"])
-    monkeypatch.setitem(shared_prefix.EFFECTIVE_FLOPS, "cpu", shared_prefix.EFFECTIVE_FLOPS["cuda"])
+    monkeypatch.setitem(shared_prefix.LAYOUT_COSTS, "cpu", shared_prefix.LAYOUT_COSTS["cuda"])
     for name in ("layout_problem", "pack"):
         monkeypatch.setattr(shared_prefix, name, lambda *a, **k: pytest.fail("ran before the shape-only decision"))
     monkeypatch.setattr(shared_prefix, "problem", lambda *a: None)

@@ -12,8 +12,9 @@ TRL's (Prefix Grouper, Sec. 3).
 
 Position ids alone are not enough: transformers then reads a drop in positions as the start of an independent
 sequence, and a segment would not see its prefix. A dense mask costs (P + ΣL)² in attention, more than the padded
-layout's Σ(P + L_max)² when completions are long, so :func:`packed_is_cheaper` compares the two from the model's
-config and the batch's lengths, and TRL's padded path runs where packing would cost more.
+layout's Σ(P + L_max)² when completions are long, so :func:`choose_layout` compares the two from the model's
+config, the batch's lengths and the device's fixed costs (:data:`LAYOUT_COSTS`), or takes the user's choice
+(:data:`LAYOUT_ENV`), and TRL's padded path runs where packing would cost more.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from dataclasses import dataclass
 import torch
 
 from gtpo.trainer import trl_adapter
+from gtpo.trainer.layout_choice import (  # noqa: F401  (named here before)
+    LAYOUT_COSTS,
+    LAYOUT_ENV,
+    LayoutCosts,
+    choose_layout,
+    layout_override,
+    packed_is_cheaper,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +78,7 @@ class PackedBatch:
     def attention_mask(self) -> torch.Tensor:
         """(1, 1, N, N): where a query position may attend to a key position (True, or 0 in an additive mask):
         causally, within its own prompt, to the prefix or to its own segment. Built on first use, so a batch that
-        :func:`packed_is_cheaper` sends to the padded layout never allocates the N x N mask."""
+        :func:`choose_layout` sends to the padded layout never allocates the N x N mask."""
         n = self.length
         causal = torch.ones(n, n, dtype=torch.bool, device=self.segment.device).tril_()
         same_prompt = self.prompt_of.unsqueeze(1) == self.prompt_of.unsqueeze(0)
@@ -201,58 +210,6 @@ def pack(
     )
 
 
-def _layer_costs(config) -> tuple[float, float] | None:
-    """FLOPs of one decoder layer per token (the projections) and per (query, key) pair (QK^T and AV)."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    hidden = getattr(config, "hidden_size", None)
-    layers = getattr(config, "num_hidden_layers", None)
-    if not hidden or not layers:
-        return None
-    heads = getattr(config, "num_attention_heads", None) or 1
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
-    attention_width = heads * head_dim
-    params = hidden * (2 * attention_width + 2 * kv_heads * head_dim) + 3 * hidden * intermediate
-    return 2.0 * params * layers, 4.0 * attention_width * layers
-
-
-# What the packed layout costs beyond its FLOPs, per forward + backward, and the rate FLOPs are done at, by device
-# type. Calibrated on one H200 in bf16 (docs/measurements/gpu-h200-20261126, bench_loss_step.py): at the 2-layer
-# paper-vocabulary shape, where the GPU waits on the host, packing took 18.24 ms against the padded layout's 14.83 ms
-# for nearly the same FLOPs (its extra small kernels and host work: 3.4 ms); at Qwen2.5-1.5B's config the padded
-# layout's forward + backward ran 8 x 454 tokens in 113.7 ms, about 250 TFLOP/s, and packing saved 14.5 ms. On a CPU
-# the FLOPs dominate at every shape measured (docs/performance.md), so there it is the FLOP count alone.
-PACKING_OVERHEAD_S = {"cuda": 3.4e-3}
-EFFECTIVE_FLOPS = {"cuda": 2.5e14}
-
-
-def packed_is_cheaper(config, batch: int, length: int, packed_length: int, device_type: str = "cpu") -> bool:
-    """Whether the packed layout takes less time than TRL's padded one.
-
-    Args:
-        config: the model's config (hidden size, heads, layers, MLP width).
-        batch, length: B and L of TRL's (B, L) padded batch.
-        packed_length: N of the packed sequence.
-        device_type: where the step runs (``"cuda"``, ``"cpu"``, ...): a device with a :data:`PACKING_OVERHEAD_S`
-            packs only when the forward + backward FLOPs it saves (3 x the forward's), at its
-            :data:`EFFECTIVE_FLOPS`, take longer than that overhead; elsewhere fewer FLOPs decide.
-
-    Padded: B·L tokens and B·L² attention pairs (SDPA computes the masked ones too); packed: N tokens and N²
-    pairs. The LM head scores the same positions in both, so it is left out.
-    """
-    costs = _layer_costs(config)
-    if costs is None:
-        return False
-    per_token, per_pair = costs
-    padded_cost = batch * length * (per_token + length * per_pair)
-    packed_cost = packed_length * (per_token + packed_length * per_pair)
-    overhead = PACKING_OVERHEAD_S.get(device_type)
-    if overhead is None:
-        return packed_cost <= padded_cost
-    return 3.0 * (padded_cost - packed_cost) / EFFECTIVE_FLOPS[device_type] > overhead
-
-
 @contextlib.contextmanager
 def scoring_only(scored: torch.Tensor):
     """Within the block, TRL's fused LM head projects only the packed positions where ``scored`` (N,) is True (on
@@ -291,7 +248,7 @@ def per_token_logps_and_entropies(
     if reason is None and not _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size):
         # Decided from the shapes alone, before the layout checks and `pack`, whose host syncs are what a
         # host-bound GPU step would lose (4.8 ms of a 24 ms step at the paper-vocabulary shape on an H100).
-        reason = "packing cannot save its own cost at this model's size on this device"
+        reason = _padded_reason("packing cannot save its own cost at this model's size on this device")
     on_host = None if reason is not None else host_copy(input_ids, attention_mask, logits_to_keep)
     reason = reason or layout_problem(on_host[:, input_ids.shape[1] - logits_to_keep :], logits_to_keep)
     if reason is not None:
@@ -313,8 +270,8 @@ def per_token_logps_and_entropies(
             # forward and backward in step. `length` is a host int, so the check adds no sync.
             _note(trainer, "a micro-batch of one-token prompts with no completion token to score packs into nothing")
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
-        elif not packed_is_cheaper(unwrapped.config, *ids.shape, packed.length, ids.device.type):
-            _note(trainer, "packing would cost more than padding for this batch's lengths")
+        elif choose_layout(unwrapped.config, *ids.shape, packed.length, ids.device.type) == "padded":
+            _note(trainer, _padded_reason("packing would cost more than padding for this batch's lengths"))
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
         else:
             logps, entropies = packed_logps(trainer, model, packed, mask, logits_to_keep)
@@ -325,12 +282,17 @@ def per_token_logps_and_entropies(
 
 
 def _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size) -> bool:
-    """Whether packing could beat padding even at its best (one prompt, one-token completions): from shapes only."""
+    """Whether packing could be chosen even at its best (one prompt, one-token completions): from shapes only."""
     config = trainer.accelerator.unwrap_model(model).config
     rows, length = input_ids.shape
     rows = min(rows, batch_size or rows)
     best_packed_length = length - logits_to_keep - 1 + rows
-    return packed_is_cheaper(config, rows, length, best_packed_length, input_ids.device.type)
+    return choose_layout(config, rows, length, best_packed_length, input_ids.device.type) == "packed"
+
+
+def _padded_reason(by_cost: str) -> str:
+    """Why :func:`choose_layout` said "padded": the user's :data:`LAYOUT_ENV`, or ``by_cost``."""
+    return f"{LAYOUT_ENV}=padded" if layout_override() == "padded" else by_cost
 
 
 def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
