@@ -15,6 +15,8 @@
 #   scripts/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
 #   scripts/run_study.sh smollm2-two-step-g                   # study G (pre-registered): the two-step task
 #   scripts/run_study.sh smollm2-two-step-g-repro             # exploratory: does G's gtpo/seed417 repeat on this CPU?
+#   scripts/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
+#   scripts/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -25,7 +27,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen"
 name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -171,6 +173,31 @@ case $name in
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'gtpo:'
               --seeds 417
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-h-screen-control)
+        # Exploratory (no registration): the screen below compares its variant with G's committed runs, which ran at
+        # G's code commit; this run checks that the screen's code commit (code-commit, the same as the screen's)
+        # repeats G's gtpo/seed417 (G's recipe and settings, G's held-out evaluation), so that the screen's
+        # difference from G's runs is the variant's and not the code's.
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'gtpo:'
+              --seeds 417
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-h-screen)
+        # Exploratory screen before study H (no registration): GTPO with conflict_exclude_common_prefix (GRPO's
+        # update on the leading tokens whose whole prefix a positive and a negative completion share, Eq. 5
+        # elsewhere), chosen from scripts/lockin_tokens.py on G's and E's records (docs/studies/lockin.md), at G's
+        # seven low seeds (GTPO held-out pass@1 below 11 percent: 400 404 405 407 410 417 418) and six of the
+        # thirteen others chosen without looking at their outcomes (the six lowest-numbered: 401 402 403 406 408
+        # 409), low and other alternating so that a stopped screen has both. G's settings and held-out evaluation;
+        # G's gtpo and grpo runs at these seeds are the comparison (see the control above).
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'common-prefix:--conflict_exclude_common_prefix true'
+              --seeds 404 401 417 402 407 403 410 406 418 408 400 409 405
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
