@@ -123,15 +123,13 @@ def _run_groups(task: str, study: Path) -> dict[str, list[Path]]:
     runs = sorted(p for p in (study / "runs").glob("*/seed*") if (p / "completions").is_dir())
     if task == "two-step":
         low = {p.name for p in runs if p.parent.name == "gtpo" and (pass_at_1(p) or 0) < 11}
-        label = lambda p: f"{p.parent.name}, {'low' if p.name in low else 'other'} seeds"  # noqa: E731
+        kind = {p: "low seeds" if p.name in low else "other seeds" for p in runs}
     else:
         stalled = study_e(study)["stalled"]
-        label = lambda p: (
-            f"{p.parent.name}, {'stalled' if int(p.name[4:]) in stalled.get(p.parent.name, []) else 'other'}"
-        )  # noqa: E731, E501
+        kind = {p: "stalled" if int(p.name[4:]) in stalled.get(p.parent.name, []) else "other" for p in runs}
     groups: dict[str, list[Path]] = {}
     for p in runs:
-        groups.setdefault(label(p), []).append(p)
+        groups.setdefault(f"{p.parent.name}, {kind[p]}", []).append(p)
     return groups
 
 
