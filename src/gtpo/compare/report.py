@@ -13,7 +13,8 @@ From the run folders alone (``OUT/runs/<arm>/seed<S>/metrics.jsonl`` and, with `
 A pre-registered study (its folder holds ``PREREGISTRATION.md``) is analysed once, after its last run: until every
 run of ``compare.json`` has finished its summary withholds every estimate (per-arm numbers, paired differences,
 stability, figures) and says only how many runs have finished, so refreshing it after each run is no interim look
-(issue 38, item 6). Complete, it gets the full summary like any other study.
+(docs/studies/method.md; docs/studies/d.md says what an earlier summary showed). Complete, it gets the full
+summary like any other study.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Decoding with fixed shapes, for a GPU: a preallocated cache, no row dropped, each step replayed as one CUDA graph.
 
-On a GPU a small model's decoding step is bound by kernel launches, not by the weights' read (issue 39: about 19 ms a
-token step for Qwen2.5-1.5B's config at 8 and 64 rows, 19 times one read of its weights). A CUDA graph replays the
-step's launches as one. A graph needs the same shapes and the same memory at every step, so this path keeps every
+On a GPU a small model's decoding step is bound by kernel launches, not by the weights' read (docs/performance.md,
+"Generation", "On a GPU": the measured step against one read of the weights). A CUDA graph replays the step's
+launches as one. A graph needs the same shapes and the same memory at every step, so this path keeps every
 row in the batch (an ended row is fed padding, as `generate` does, and its tokens are dropped afterwards), writes
 keys and values into a cache of the full length in place (:class:`FixedLayer`), and feeds the step through buffers
 it rewrites in place (tokens, positions, the full-width attention mask, the write position). `sampling.decode`
