@@ -551,16 +551,21 @@ def main(argv=None) -> None:
         f"{floor['matmul_flops'] / 1e9:.0f} GFLOP/s, so the scoring forward of {tokens} completion tokens >= "
         f"{scoring_floor:.3f} s (2 FLOPs per weight and token; the prompt not counted)"
     )
-    against = []
+    against, generation = [], {}
     for arm in ("gtpo", "grpo"):
         pooled = {k: [t for run in paired for t in run["parts"][arm][k]] for k in paired[0]["parts"][arm]}
         shown = ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in pooled.items())
         print(f"{arm} step parts (median s): {shown}")
+        generation[arm] = statistics.median(pooled["generation"])
         against.append(floor_ratio_text(f"{arm} generation", statistics.median(pooled["generation"]),
                                         decode_floor, "its weight-read floor"))  # fmt: skip
         against.append(floor_ratio_text(f"{arm} scoring", statistics.median(pooled["scoring"]), scoring_floor,
                                         "its matmul floor"))  # fmt: skip
     print("against the floors: " + "; ".join(against))
+    # Issue 58, item 3: training's generation against TRL's `generate` (the grpo arm is TRL's GRPOTrainer), same device.
+    ours, trls = generation["gtpo"], generation["grpo"]
+    print(f"generation gtpo / TRL's generate {ours / trls:.3f}x (median {ours:.3f} against {trls:.3f} s a step, "
+          f"{settings['completion']} tokens forced)")  # fmt: skip
     # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
     ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"], strict=False))
     ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]

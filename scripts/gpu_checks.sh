@@ -17,7 +17,14 @@
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
 #      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept); then a
 #      profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
-#   Not in the default run, named in GPU_CHECKS: `compile`: the decoding step of 5. with the model's forward compiled
+#   Not in the default run, named in GPU_CHECKS: `eval-job` (issue 58, item 3): a whole `gtpo eval` job (SmolLM2-135M,
+#      offline, 100 synthetic test problems x 8 samples x 96 tokens, bf16) three ways, each a fresh process, 2
+#      repetitions taking turns (benchmarks/bench_eval_job.py): as shipped (CUDA graphs), `--cuda_graphs false`, and
+#      the backend on `model.generate`; and `gen-step`: one training step's generation against TRL's `generate` on
+#      the same GPU, inside whole steps of both trainers (benchmarks/bench_step.py, Qwen2.5-1.5B's config, random
+#      weights, G = 8, 256 tokens forced, 1 warm-up + 2 measured steps; its "generation gtpo / TRL" line). Each under
+#      `timeout` (200 and 270 s), so the two fit issue 58's 8 minutes in sequence (estimated, not yet measured).
+#   `compile`: the decoding step of 5. with the model's forward compiled
 #      by inductor before capture (the arm compiled-graph beside the uncompiled one, 8 and 64 rows, 3 repetitions;
 #      the compile adds minutes): does fusing the step's ~1,265 kernels bring it under 3x the floor? And `fsdp`,
 #      `zero2`, `zero3` (issue 46): 3 GTPO steps of the tiny model
@@ -34,6 +41,8 @@
 #   bash scripts/gpu_checks.sh [LOG_DIR]          # logs to LOG_DIR (default .gpu-checks/), a summary printed last
 #   GPU_CHECKS="tests e2e" bash scripts/gpu_checks.sh   # only some groups: tests, head, step, e2e, decode
 #   GPU_CHECKS="fsdp zero2 zero3" bash scripts/gpu_checks.sh   # the sharded checks (with .whl/ on the machine)
+#   GPU_CHECKS="eval-job gen-step" bash scripts/gpu_checks.sh  # what the user sees: eval job, training's generation
+#   GPU_CHECKS_DRY_RUN=1 bash scripts/gpu_checks.sh             # print the commands only (tests/test_gpu_checks_harness.py)
 # Every figure it prints carries the device's name; compare arms only within one run.
 set -u
 log_dir=${1:-.gpu-checks}
@@ -45,17 +54,19 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 groups=" ${GPU_CHECKS:-tests head step e2e decode} "
 want() { [[ $groups == *" $1 "* ]]; }
 
+dry_run=${GPU_CHECKS_DRY_RUN:-}
 step() {  # step NAME COMMAND...: run, log to LOG_DIR/NAME.log, remember the exit status
     local name=$1 started=$SECONDS
     shift
     echo "== $name: $*"
+    if [[ -n $dry_run ]]; then echo "$name rc=dry-run" >>"$log_dir/status.txt"; return 0; fi
     "$@" 2>&1 | tee "$log_dir/$name.log"
     local rc=${PIPESTATUS[0]}
     echo "$name rc=$rc seconds=$((SECONDS - started))" >>"$log_dir/status.txt"
 }
 
 : >"$log_dir/status.txt"
-"$python" - <<'EOF' 2>&1 | tee "$log_dir/versions.log"
+[[ -n $dry_run ]] || "$python" - <<'EOF' 2>&1 | tee "$log_dir/versions.log"
 import importlib.metadata as metadata, platform, subprocess
 import torch
 print("gpu:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "| torch", torch.__version__,
@@ -110,6 +121,11 @@ want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_g
     --sampler multinomial --reps 2
 want compile && step decode-compiled "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --compile inductor --reps 3
+# What the user sees (issue 58, item 3): a whole `gtpo eval` job three ways, and training's generation against TRL's.
+want eval-job && step eval-job timeout 200 "$python" benchmarks/bench_eval_job.py --model smollm2 --limit 100 -n 8 \
+    --max_new_tokens 96 --reps 2 --output_dir "$log_dir/eval-job"
+want gen-step && step gen-step timeout 270 "$python" benchmarks/bench_step.py --model qwen1.5b-shape --device cuda \
+    --steps 2 --warmup 1 --completion-length 256
 # 6. Sharded training on one GPU (opt-in groups fsdp, zero2, zero3): reference, sharded run, comparison.
 for sharded in fsdp zero2 zero3; do
     want $sharded && rm -rf "${log_dir:?}/$sharded"
@@ -117,6 +133,7 @@ for sharded in fsdp zero2 zero3; do
         "$log_dir/$sharded"
 done
 
+if [[ -n $dry_run ]]; then cat "$log_dir/status.txt"; exit 0; fi
 echo "== summary"
 cat "$log_dir/versions.log"
 want tests && tail -n 4 "$log_dir/tests.log"
@@ -128,6 +145,9 @@ done
 want e2e && grep -h -E "^e2e|Error|error:" "$log_dir"/e2e-*.log | tail -n 8
 want decode && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-graph*.log
 want compile && grep -h -E "^(device|[0-9]+ rows|MEASUREMENT)" "$log_dir"/decode-compiled.log
+want eval-job && grep -h -E "^(device|gtpo eval|graphs|eager|generate) " "$log_dir/eval-job.log"
+want gen-step && grep -h -E "^(model|median step|floors|gtpo step parts|grpo step parts|generation|gtpo/grpo)" \
+    "$log_dir/gen-step.log"
 for sharded in fsdp zero2 zero3; do
     want $sharded && grep -h -E "^(DistributedType|step [0-9]|reloaded|sharded check|  )" "$log_dir/$sharded.log"
 done

@@ -1,0 +1,101 @@
+"""scripts/gpu_checks.sh's groups of issue 58 (item 3) cannot rot on a machine without a GPU.
+
+Invariants: the default groups are the fast ones they were (the new groups are opt-in); every command the new groups
+run parses as its script parses it (a renamed flag fails here, not on a rented GPU); and
+benchmarks/bench_eval_job.py runs a whole, tiny `gtpo eval` job each way on a CPU, in-process and as a fresh process,
+with the same samples in every arm.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_eval_job  # noqa: E402
+import bench_step  # noqa: E402
+
+
+def _dry_run(tmp_path, groups: str | None) -> dict[str, list[str]]:
+    """{step name: argv} of what gpu_checks.sh would run for ``groups`` (None: the default)."""
+    env = {**os.environ, "GPU_CHECKS_DRY_RUN": "1", "PYTHON": "python3"}
+    env.pop("GPU_CHECKS", None)
+    if groups is not None:
+        env["GPU_CHECKS"] = groups
+    out = subprocess.run(["bash", "scripts/gpu_checks.sh", str(tmp_path / "logs")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    steps = {}
+    for line in out.splitlines():
+        if line.startswith("== "):
+            name, _, command = line[3:].partition(": ")
+            steps[name] = shlex.split(command)
+    assert (tmp_path / "logs" / "status.txt").read_text().count("rc=dry-run") == len(steps)
+    return steps
+
+
+def test_the_default_groups_stay_the_fast_ones(tmp_path):
+    steps = _dry_run(tmp_path, None)
+    assert "eval-job" not in steps and "gen-step" not in steps
+    assert {"tests", "qwen-t07", "qwen3b-t07", "e2e-eval", "decode-graph"} <= set(steps)
+
+
+def test_the_new_groups_commands_parse_and_fit_their_timeouts(tmp_path):
+    """eval-job: bench_eval_job.py on SmolLM2 (offline), the three arms; gen-step: bench_step.py on CUDA at
+    Qwen2.5-1.5B's config; each under a timeout that keeps the pair within issue 58's 8 minutes in sequence."""
+    steps = _dry_run(tmp_path, "eval-job gen-step")
+    assert list(steps) == ["eval-job", "gen-step"]
+    timeouts = []
+    for name, argv in steps.items():
+        assert argv[0] == "timeout"
+        timeouts.append(int(argv[1]))
+        script, args = argv[3], argv[4:]
+        assert argv[2] == "python3" and (ROOT / script).is_file()
+        if name == "eval-job":
+            options, rest = bench_eval_job.parse_args(args)
+            assert rest == [] and options.model == "smollm2" and options.arms == list(bench_eval_job.ARMS)
+            assert not options.in_process and options.reps >= 2
+        else:
+            options = bench_step.parse_args(args)
+            assert options.device == "cuda" and options.model == "qwen1.5b-shape"
+    assert sum(timeouts) <= 8 * 60
+
+
+def test_the_eval_job_arms_turn_the_flag_and_the_generate_path_on(tmp_path):
+    """--dry-run's commands: the eager arm alone passes --cuda_graphs false, and each parses as `gtpo eval`."""
+    from gtpo.cli.main import parse_command
+
+    out = subprocess.run([sys.executable, "benchmarks/bench_eval_job.py", "--dry-run", "--output_dir", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    commands = dict(line.split(": gtpo ", 1) for line in out.splitlines())
+    assert list(commands) == ["graphs", "eager", "generate"]
+    for arm, command in commands.items():
+        argv = shlex.split(command)
+        assert ("--cuda_graphs" in argv) == (arm == "eager")
+        parse_command(argv)
+
+
+def test_the_eval_job_benchmark_runs_a_tiny_job_each_way_on_a_cpu(tmp_path, capsys):
+    bench_eval_job.main(["--model", "tiny", "--limit", "2", "-n", "2", "--max_new_tokens", "8", "--reps", "1",
+                         "--in-process", "--output_dir", str(tmp_path)])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("device CPU")
+    rows = {line.split()[0]: line for line in lines if line.split()[0] in bench_eval_job.ARMS}
+    assert set(rows) == set(bench_eval_job.ARMS)
+    assert all(line.endswith("0 samples differ from graphs's") for line in rows.values())
+    assert "x generate" in rows["graphs"] and "x graphs" in rows["generate"]
+    assert len(bench_eval_job.samples(tmp_path / "eager", "synthetic")) == 4
+
+
+@pytest.mark.slow
+def test_the_eval_job_benchmark_runs_each_job_in_a_fresh_process(tmp_path, capsys):
+    bench_eval_job.main(["--model", "tiny", "--limit", "1", "-n", "2", "--max_new_tokens", "4", "--reps", "1",
+                         "--arms", "eager", "generate", "--output_dir", str(tmp_path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "each a fresh process" in out and "0 samples differ from eager's" in out
