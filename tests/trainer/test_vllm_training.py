@@ -32,8 +32,8 @@ from gtpo.runs import completions as record_files  # noqa: E402
 
 WORKER = Path(__file__).parents[1] / "scripts" / "vllm_training_worker.py"
 # Mean |log π_engine − log π_trainer| over the fixed completion's tokens. The engine runs in bfloat16 (vLLM casts the
-# float32 checkpoint down on the CPU; TRL passes no dtype), the trainer in float32: measured 0.017 before training
-# and 0.04-0.07 after a step at the worker's learning rate, whose update moved the trainer's by 0.17-1.8.
+# float32 checkpoint down on the CPU; TRL passes no dtype), the trainer in float32. The test prints the gap and the
+# update's size at each sync; no run's figures are committed (docs/python-api.md says the same).
 PROBE_TOLERANCE = 0.1
 # After an update the engine must be this many times closer to the trainer than the trainer is to the initial
 # weights (an engine still holding the initial weights would be as far from the trainer as they are).
