@@ -1441,3 +1441,15 @@ def test_the_studies_table_is_one_table_and_its_figures_are_the_pages():
     prose = re.sub(r"\]\([^)]*\)", "]", section)  # the numbers, not the links' file names
     for number in re.findall(r"[−+]?\d+(?:\.\d+)?", prose):
         assert number.lstrip("+") in pages, number
+
+
+def test_the_study_pages_links_resolve():
+    """The text moved one folder down: every relative link of the index and of each page still names a file."""
+    import re
+
+    from study_pages import ORDER, PAGES
+
+    for path in (INDEX, *(PAGES / f"{name}.md" for name in ORDER)):
+        for link in re.findall(r"\]\(([^)#\s:]+)(?:#[^)]*)?\)", path.read_text()):
+            assert (path.parent / link).exists(), (path.name, link)
+    assert sorted(p.stem for p in PAGES.glob("*.md")) == sorted(ORDER)
