@@ -1,16 +1,17 @@
-"""A whole `gtpo eval` job, as a user runs it, three ways on the same machine (issue 58, item 3):
+"""A whole `gtpo eval` job, as a user runs it, three ways on the same machine:
 
 - ``graphs``: `gtpo eval` as shipped (on a GPU each decoding step replayed as a CUDA graph);
 - ``eager``: `gtpo eval --cuda_graphs false` (the eager `decode`; on a CPU the same as ``graphs``);
 - ``generate``: the transformers backend on ``model.generate`` (``TransformersBackend(fast=False)``, the path
-  before issue 30 and what TRL's transformers generation runs), every row until the longest of its batch ends.
+  before `gtpo.decoding.sampling.decode` and what TRL's transformers generation runs), every row until the
+  longest of its batch ends.
 
 Each (arm, repetition) is a fresh process running ``gtpo eval`` into an empty folder (so nothing resumes), timed from
 before its imports to its exit: the whole job, model load and grading included. Arms take turns in an order rotated
 each repetition. The per-sample seeds make the arms' samples the same up to float rounding of another batch shape;
 how many differ from ``graphs``' is printed.
 
-    python benchmarks/bench_eval_job.py                                   # issue 39's job on smollm2, 3 reps
+    python benchmarks/bench_eval_job.py                                   # performance.md's evaluation job
     python benchmarks/bench_eval_job.py --limit 100 --reps 2              # study A's held-out size
     python benchmarks/bench_eval_job.py --model tiny --limit 2 -n 2 --max_new_tokens 8 --reps 1 --in-process
     python benchmarks/bench_eval_job.py --dry-run                         # the commands only
@@ -40,7 +41,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="gtpo eval --model")
     parser.add_argument("--task", default="synthetic", help="gtpo eval --task (one)")
-    parser.add_argument("--limit", type=int, default=25, help="problems (issue 39's job: 25)")
+    parser.add_argument("--limit", type=int, default=25, help="problems (docs/performance.md's evaluation job: 25)")
     parser.add_argument("-n", type=int, default=8, help="samples per problem")
     parser.add_argument("--max_new_tokens", type=int, default=96)
     parser.add_argument("--dtype", default=None, help="gtpo eval --dtype (default: its own, bf16 on a GPU)")

@@ -562,7 +562,7 @@ def main(argv=None) -> None:
         against.append(floor_ratio_text(f"{arm} scoring", statistics.median(pooled["scoring"]), scoring_floor,
                                         "its matmul floor"))  # fmt: skip
     print("against the floors: " + "; ".join(against))
-    # Issue 58, item 3: training's generation against TRL's `generate` (the grpo arm is TRL's GRPOTrainer), same device.
+    # Training's generation against TRL's `generate` (the grpo arm is TRL's GRPOTrainer), same device.
     ours, trls = generation["gtpo"], generation["grpo"]
     print(f"generation gtpo / TRL's generate {ours / trls:.3f}x (median {ours:.3f} against {trls:.3f} s a step, "
           f"{settings['completion']} tokens forced)")  # fmt: skip

@@ -17,13 +17,13 @@
 #      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
 #      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept); then a
 #      profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
-#   Not in the default run, named in GPU_CHECKS: `eval-job` (issue 58, item 3): a whole `gtpo eval` job (SmolLM2-135M,
+#   Not in the default run, named in GPU_CHECKS: `eval-job`: a whole `gtpo eval` job (SmolLM2-135M,
 #      offline, 100 synthetic test problems x 8 samples x 96 tokens, bf16) three ways, each a fresh process, 2
 #      repetitions taking turns (benchmarks/bench_eval_job.py): as shipped (CUDA graphs), `--cuda_graphs false`, and
 #      the backend on `model.generate`; and `gen-step`: one training step's generation against TRL's `generate` on
 #      the same GPU, inside whole steps of both trainers (benchmarks/bench_step.py, Qwen2.5-1.5B's config, random
 #      weights, G = 8, 256 tokens forced, 1 warm-up + 2 measured steps; its "generation gtpo / TRL" line). Each under
-#      `timeout` (200 and 270 s), so the two fit issue 58's 8 minutes in sequence (estimated, not yet measured).
+#      `timeout` (200 and 270 s), so the two fit 8 minutes in sequence (estimated, not yet measured).
 #   `compile`: the decoding step of 5. with the model's forward compiled
 #      by inductor before capture (the arm compiled-graph beside the uncompiled one, 8 and 64 rows, 3 repetitions;
 #      the compile adds minutes): does fusing the step's ~1,265 kernels bring it under 3x the floor? And `fsdp`,
@@ -121,7 +121,7 @@ want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_g
     --sampler multinomial --reps 2
 want compile && step decode-compiled "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --compile inductor --reps 3
-# What the user sees (issue 58, item 3): a whole `gtpo eval` job three ways, and training's generation against TRL's.
+# What the user sees: a whole `gtpo eval` job three ways, and training's generation against TRL's.
 want eval-job && step eval-job timeout 200 "$python" benchmarks/bench_eval_job.py --model smollm2 --limit 100 -n 8 \
     --max_new_tokens 96 --reps 2 --output_dir "$log_dir/eval-job"
 want gen-step && step gen-step timeout 270 "$python" benchmarks/bench_step.py --model qwen1.5b-shape --device cuda \
