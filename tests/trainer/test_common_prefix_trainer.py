@@ -53,3 +53,24 @@ def test_the_variant_refuses_settings_where_it_cannot_act(tmp_path, overrides, m
     settings = dict(conflict_exclude_common_prefix=True) | overrides
     with pytest.raises(ValueError, match=message):
         GTPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **settings)
+
+
+def test_push_against_group_is_logged_as_derived_by_hand(tmp_path, tiny_model_path):
+    # not_seven: three positives (A = a/3) and one negative (A = -a) per group. "Let us think." opens one positive and
+    # the negative: S = a/3 - a < 0, U = 2·a/3 > 0 (Eq. 5), each of its k tokens held by n = 2 rows in their spans,
+    # so it adds k·2·(U/2) = 2ka/3 against the group. The shared ending (e tokens, all four rows) has S = 0 and
+    # U = 2·3·a/3 = 2a: 2ea pushed up, not against. "We add." opens two positives only: no span. So the metric is
+    # (2ka/3) / (2ka/3 + 2ea) = k / (k + 3e).
+    trainer, _, record = _train(tiny_model_path, tmp_path, "paper", not_seven)
+    c = record["columns"]
+    first = next(i for i in range(8) if c["completion"][i][0]["content"].startswith("Let us think."))
+    k, e = c["forward_span"][first], c["backward_span"][first]
+    assert k > 0 and e > 0
+    logged = [row["gtpo/push_against_group"] for row in trainer.state.log_history if "gtpo/push_against_group" in row]
+    assert logged == [pytest.approx(k / (k + 3 * e), rel=1e-6)]
+    # TABLE's reward: every shared token has S = 0 (one positive and one negative per opening, all four at the end).
+    trainer, _, _ = _train(tiny_model_path, tmp_path, "table", table_reward)
+    assert [row.get("gtpo/push_against_group") for row in trainer.state.log_history if "loss" in row] == [0.0]
+    # The variant leaves the shared opening to the group (U = S < 0): nothing pushed up against it.
+    trainer, _, _ = _train(tiny_model_path, tmp_path, "variant", not_seven, conflict_exclude_common_prefix=True)
+    assert [row.get("gtpo/push_against_group") for row in trainer.state.log_history if "loss" in row] == [0.0]

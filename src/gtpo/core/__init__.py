@@ -40,6 +40,7 @@ _EXPORTS = {
     "advantage_terms": "loss",
     "gtpo_loss": "loss",
     "loss_metrics": "metrics",
+    "push_against_group": "metrics",
     "LN2": "paper",
     "COMBINE_MODES": "spans",
     "SPAN_SIDES": "spans",

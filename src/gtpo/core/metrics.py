@@ -12,7 +12,10 @@ import functools
 import torch
 from torch import Tensor
 
-__all__ = ["loss_metrics"]
+from gtpo.core.advantages import ZERO_ADVANTAGE_RTOL, _signs
+from gtpo.core.spans import _net_advantage
+
+__all__ = ["loss_metrics", "push_against_group"]
 
 
 # Where each metric's numerator and denominator sit in the (row, weight) table `loss_metrics` builds: one (K, N) table
@@ -92,3 +95,75 @@ def _positions(keys: tuple[str, ...], device: torch.device) -> tuple[Tensor, Ten
     numerators = [row * _COLUMNS + column for row, column in (_FRACTIONS[k][0] for k in keys)]
     denominators = [row * _COLUMNS + column for row, column in (_FRACTIONS[k][1] for k in keys)]
     return torch.tensor(numerators, device=device), torch.tensor(denominators, device=device)
+
+
+@torch.no_grad()
+def push_against_group(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    group_size: int,
+    forward: Tensor,
+    backward: Tensor,
+    lam: Tensor,
+) -> Tensor:
+    """The share of λ's net push up on span tokens that lands where the group's advantages do not favour the token.
+
+    For a span token at an aligned position (from the start in M^fw, from the end in M^bw), its *sharers* are the rows
+    of its group holding the same token there. Without the correction their summed update on it is, up to length
+    weights and the token's gradient, S = Σ_j A_j; with λ it is U = Σ_j λ_j·A_j (each sharer's λ at that position).
+    Where the sharers' prefixes are identical their gradients are too, so S is the group's exact evidence on the
+    token (`common_prefix_conflicts`). Eq. (5) gives U = 2·Σ_{A_j>0} A_j whatever S: an opening that fails more often
+    than the group (S < 0), or one the whole group shares (S = 0 under Eq. 8), is pushed up because it is shared, the
+    lock-in of study G (docs/studies/lockin.md). This is Σ U/n over the span tokens with U > 0 and S ≤ tol, divided by
+    Σ U/n over the span tokens with U > 0 (n the sharers, so that a shared token counts about once; forward and
+    backward spans each counted; tol = G·ZERO_ADVANTAGE_RTOL·max(1, max|A|), the rounding of a sum of G advantages);
+    0 when nothing is pushed up. Signs as Eq. (5)'s, before the entropy filter and shift.
+
+    Cost: 3·G passes over (N, W) per side, W the longest span on that side; two host syncs.
+
+    Args:
+        completion_ids: (N, T) integer token ids, right-padded.
+        completion_mask: (N, T) bool or 0/1, True at valid tokens.
+        advantages: (N,) A_i, before any entropy shift.
+        group_size: G; rows g*G .. g*G+G-1 form group g.
+        forward, backward: (N, T) bool spans the correction acts on (after any `SPAN_SIDES` choice).
+        lam: (N, T) the λ the loss applies (`conflict_weights`, with the guard or the common prefix if set).
+
+    Returns:
+        () float32 in [0, 1].
+
+    >>> ids = torch.tensor([[5, 7], [5, 8], [6, 9]])  # 5 opens rows 0 (A>0) and 1 (A<0): S = 1 - 2 < 0
+    >>> a, mask = torch.tensor([1.0, -2.0, 1.0]), torch.ones(3, 2, dtype=torch.bool)
+    >>> from gtpo.core.spans import conflict_spans, conflict_weights
+    >>> fw, bw = conflict_spans(ids, mask, a, 3)
+    >>> push_against_group(ids, mask, a, 3, fw, bw, conflict_weights(fw, bw, a, group_size=3)).item()  # U = 2 > 0
+    1.0
+    >>> push_against_group(ids, mask, a, 3, fw, bw, torch.ones(3, 2)).item()  # λ = 1: U = S < 0, nothing pushed up
+    0.0
+    """
+    valid = completion_mask.bool()  # (N, T)
+    signs = _signs(advantages, group_size)  # (N,)
+    a = torch.where(signs != 0, advantages.detach().float(), 0.0)  # (N,)
+    scale = a.view(-1, group_size).abs().amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1)
+    tol = (group_size * ZERO_ADVANTAGE_RTOL * scale).repeat_interleave(group_size, dim=0)  # (N, 1)
+    lengths = valid.sum(dim=-1, keepdim=True)  # (N, 1)
+    against = pushed = torch.zeros((), dtype=torch.float32, device=completion_ids.device)
+    for span, from_end in ((forward, False), (backward, True)):
+        width = int(span.sum(dim=-1).max()) if span.numel() else 0
+        if not width:
+            continue
+        offset = torch.arange(width, device=completion_ids.device)  # (W,)
+        present = offset < lengths  # (N, W)
+        at = (lengths - 1 - offset).clamp(min=0) if from_end else offset.expand_as(present)  # (N, W) positions
+        aligned = completion_ids.gather(1, at)  # (N, W)
+        in_span = span.gather(1, at) & present  # (N, W)
+        lam_a = lam.float().gather(1, at) * a.unsqueeze(-1)  # (N, W) λ_j·A_j
+        s = _net_advantage(aligned, present, a, group_size)  # (N, W) S
+        u = _net_advantage(aligned, present, torch.where(present, lam_a, 0.0), group_size)  # (N, W) U
+        n = _net_advantage(aligned, present, present.float(), group_size).clamp(min=1)  # (N, W) sharers
+        up = in_span & (u > tol)  # (N, W)
+        share = torch.where(up, u / n, 0.0)  # (N, W)
+        pushed = pushed + share.sum()
+        against = against + torch.where(s < -tol, share, 0.0).sum()
+    return torch.where(pushed > 0, against / pushed.clamp(min=1e-30), 0.0)

@@ -275,15 +275,17 @@ def contested_tokens(
 
 def _net_advantage(aligned: Tensor, present: Tensor, advantages: Tensor, group_size: int) -> Tensor:
     """S of `contested_tokens`: for each row and aligned position, Σ_j A_j over the rows j of its group that are
-    present there with the same token. aligned, present: (N, W); advantages: (N,) -> (N, W) float32."""
+    present there with the same token. aligned, present: (N, W); advantages: (N,), or (N, W) for a value per row and
+    aligned position (Σ_j v_{j,p}) -> (N, W) float32."""
     n, w = aligned.shape
     ids = aligned.view(-1, group_size, w)  # (n_groups, G, W)
     here = present.view(-1, group_size, w)  # (n_groups, G, W)
-    a = advantages.view(-1, group_size)  # (n_groups, G)
+    values = advantages.float() if advantages.dim() == 2 else advantages.float().unsqueeze(-1).expand(n, w)
+    v = values.reshape(-1, group_size, w)  # (n_groups, G, W)
     net = torch.zeros(ids.shape, dtype=torch.float32, device=aligned.device)  # (n_groups, G, W)
     for j in range(group_size):  # G passes of (N, W): no (N, G, G, W) temporary
         shares = (ids == ids[:, j : j + 1]) & here[:, j : j + 1]  # (n_groups, G, W) row j has row i's token
-        net += shares * a[:, j, None, None]
+        net += shares * v[:, j : j + 1]
     return net.view(n, w)
 
 

@@ -237,6 +237,88 @@ class CollapseMonitor:
         return f"collapse warning cleared at step {step}: no watched signal holds any more"
 
 
+# Two lines beside the collapse rule, on their own flags (the collapse rule and its replayed table stay as they were).
+ACCURACY_KEY = "rewards/accuracy_reward/mean"  # the project's accuracy reward: 0 or 10 per completion
+ZERO_STD_KEY = "frac_reward_zero_std"  # TRL: share of the step's groups whose rewards are all equal (A = 0 throughout)
+
+
+@dataclass
+class ProgressRule:
+    """Thresholds of the no-progress warning and the signal-loss line (docs/inspect.md, "No progress, no signal").
+
+    - ``no_progress``: from step ``after`` on, the smoothed accuracy reward (``accuracy_key``, EMA weight ``alpha``) is
+      at most ``floor``, for ``patience`` logs. Set on study G's 40 runs only (the accuracy reward is 0 or 10, so 0.6
+      is 6 % of completions right; chosen over after 10-25, floor 0.3-1, patience 2-5): it turned on at all 7 runs
+      whose held-out pass@1 ended below 11 % (GTPO's lock-in into the single-equation opening), at steps 17-25, and
+      at 3 of the other 33, all GRPO (docs/studies/lockin.md). It sees the symptom, not the cause:
+      `gtpo/push_against_group`, the cause's own measure, did not tell those runs apart.
+    - ``signal_loss``: the smoothed share of groups with all-equal rewards (TRL's ``frac_reward_zero_std``) is at
+      least ``zero_std`` for ``patience`` logs: A = 0 for nearly every completion, nothing left to learn from.
+    """
+
+    alpha: float = 0.3
+    after: int = 15
+    floor: float = 0.6
+    zero_std: float = 0.9
+    patience: int = 3
+
+
+@dataclass
+class ProgressMonitor:
+    """The no-progress and signal-loss state over logged rows (replayable without a trainer, as `CollapseMonitor`).
+
+    ``update(row, step)`` returns ``monitor/accuracy_ema``, ``monitor/zero_std_ema``, ``monitor/no_progress`` and
+    ``monitor/signal_loss`` (1 while on); ``turned_on`` lists the names that turned on at that row.
+    """
+
+    rule: ProgressRule = field(default_factory=ProgressRule)
+    accuracy_key: str = ACCURACY_KEY
+    accuracy: float | None = None
+    zero_std: float | None = None
+    streaks: dict[str, int] = field(default_factory=lambda: {"no_progress": 0, "signal_loss": 0})
+    on: dict[str, bool] = field(default_factory=lambda: {"no_progress": False, "signal_loss": False})
+    fired_step: dict[str, int | None] = field(default_factory=lambda: {"no_progress": None, "signal_loss": None})
+    turned_on: list[str] = field(default_factory=list)
+
+    def update(self, row: dict, step: int | None = None) -> dict:
+        rule, out, held = self.rule, {}, {}
+        accuracy, zero_std = _number(row, self.accuracy_key), _number(row, ZERO_STD_KEY)
+        if accuracy is not None:
+            self.accuracy = _ema(self.accuracy, accuracy, rule.alpha)
+            held["no_progress"] = step is not None and step >= rule.after and self.accuracy <= rule.floor
+            out["monitor/accuracy_ema"] = self.accuracy
+        if zero_std is not None:
+            self.zero_std = _ema(self.zero_std, zero_std, rule.alpha)
+            held["signal_loss"] = self.zero_std >= rule.zero_std
+            out["monitor/zero_std_ema"] = self.zero_std
+        self.turned_on = []
+        for name, holds in held.items():
+            self.streaks[name] = self.streaks[name] + 1 if holds else 0
+            now = self.streaks[name] >= rule.patience
+            if now and not self.on[name]:
+                self.turned_on.append(name)
+                self.fired_step[name] = step if self.fired_step[name] is None else self.fired_step[name]
+            self.on[name] = now
+            out[f"monitor/{name}"] = float(now)
+        return out
+
+    def message(self, name: str, step: int | None) -> str:
+        """The line logged when ``name`` turns on."""
+        if name == "signal_loss":
+            return (
+                f"little signal left at step {step}: {100 * self.zero_std:.0f}% of groups (smoothed "
+                f"{ZERO_STD_KEY}) have all-equal rewards, so their advantages are 0 and they teach nothing; the "
+                "prompts are all solved or all failed at this temperature. To try: harder or easier prompts, more "
+                "generations per prompt, a higher temperature, or stop here."
+            )
+        return (
+            f"no progress at step {step}: the smoothed accuracy reward ({self.accuracy_key}) is {self.accuracy:.2f}, "
+            f"at most {self.rule.floor:g} since step {self.rule.after}. Under GTPO this is how the studies' lock-in "
+            "looked: Eq. 5 pushed up an opening the whole group shared whatever its rewards (docs/studies/lockin.md). "
+            "To try: conflict_exclude_common_prefix true, or algorithm grpo; under GRPO, a lower learning rate."
+        )
+
+
 class CollapseWarningCallback(TrainerCallback):
     """Warn (and optionally save or stop) when the logged metrics show a run running away or stalling.
 
@@ -257,6 +339,7 @@ class CollapseWarningCallback(TrainerCallback):
             raise ValueError(f"collapse_warning must be one of {', '.join(ACTIONS)}, got {action!r}")
         self.action = action
         self.monitor = CollapseMonitor(rule=rule or CollapseRule(), format_key=format_key)
+        self.progress = ProgressMonitor()  # the no-progress warning and the signal-loss line: logged, never act
 
     def attach(self, trainer) -> CollapseWarningCallback:
         """Put this callback first in ``trainer``'s list, so every logger (trackers too) sees ``monitor/*``."""
@@ -270,7 +353,11 @@ class CollapseWarningCallback(TrainerCallback):
         if self.action == "off" or not logs:
             return
         was_active = self.monitor.active
+        progress = self.progress.update(logs, step=state.global_step)
         logs.update(self.monitor.update(logs, step=state.global_step))
+        logs.update(progress)  # {} for a row without its inputs (an eval or end-of-training dict)
+        for name in self.progress.turned_on if state.is_world_process_zero else ():
+            logger.warning("%s", self.progress.message(name, state.global_step))
         if self.monitor.active and not was_active:
             if state.is_world_process_zero:
                 logger.warning("%s", self.monitor.message(state.global_step))

@@ -23,6 +23,7 @@ import torch
 
 from gtpo import core
 from gtpo.runs import completions as record_files
+from gtpo.trainer import loss_options
 
 logger = logging.getLogger(__name__)
 RECORD_ROW = "gtpo_record_row"  # (B,) global row index of each completion in its generation batch
@@ -143,14 +144,8 @@ class CompletionRecorder:
         g = batch["group_size"]
         cap = args.log_completions_max_groups
         n = batch["rows"] if cap is None else min(batch["rows"], cap * g)
-        ids, mask, adv = batch["ids"][:n], batch["mask"][:n].bool(), batch["advantages"][:n]
-        lam = core.conflict_weights(
-            batch["forward"][:n] & mask, batch["backward"][:n] & mask, adv.float(),
-            args.conflict_positive_weight, args.conflict_combine, group_size=g,
-            negative_weight=args.conflict_negative_weight, sides=args.conflict_span_sides,
-            contested=None if batch["contested"] is None else batch["contested"][:n] & mask,
-            common_prefix=None if batch["common_prefix"] is None else batch["common_prefix"][:n] & mask,
-        )  # fmt: skip  # (n, T) the loss's λ (Eq. 5, or the guard's, with any common prefix left to the group)
+        ids, mask = batch["ids"][:n], batch["mask"][:n].bool()
+        lam = loss_options.applied_lambda(args, batch, n)  # (n, T) the loss's λ
         tokenizer = trainer._tokenizer
         weights = trainer.reward_weights.tolist()
         rewards = batch["rewards"]
