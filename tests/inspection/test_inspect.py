@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +246,35 @@ def test_the_figure_draws_lambda_values_other_than_the_papers(tmp_path):
     row = {"tokens": ["a", "b", "c"], "reward": 1.0, "advantage": 1.0, "lambda_union": [1.5, 1.0, 3.0]}
     path = render.plot_group({"completions": [row]}, tmp_path / "g.png")
     assert path.is_file() and path.stat().st_size > 0
+
+
+def test_a_recorded_group_shows_its_push_against_the_group(tmp_path):
+    """`gtpo inspect --run` prints `gtpo/push_against_group` of the group, recomputed from the record by the definition
+    (tests/core/test_common_prefix.py's brute-force scan). Study G's gtpo/seed417 at step 11, "What is 9 + 5 + 7?":
+    all eight completions open "9 + 5 + 7 = 2", so those tokens have S = 0 (Eq. 8's advantages sum to 0) and are not
+    counted, and every other shared token is held by more positive weight than negative: the line says 0.000. At
+    step 2 some shared tokens lose: the value is the brute force's and is above 0."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+    from test_common_prefix import _brute_force_push_against_group
+
+    from gtpo.inspection.recorded import recorded_group
+    from gtpo.runs import completions as records
+
+    run = str(Path(__file__).resolve().parents[2] / "studies" / "smollm2-two-step-g" / "runs" / "gtpo" / "seed417")
+    record, _ = recorded_group(run, 11, 0)
+    assert "push against the group 0.000" in record["note"]
+    c = records.read_step(run, 2)["columns"]
+    rows = c["completion_ids"]
+    t = max(len(r) for r in rows)
+    pos = torch.arange(t)
+    lengths = torch.tensor([len(r) for r in rows]).unsqueeze(-1)
+    fw = pos < torch.tensor(c["forward_span"]).unsqueeze(-1)
+    bw = (pos >= lengths - torch.tensor(c["backward_span"]).unsqueeze(-1)) & (pos < lengths)
+    lam = torch.tensor(
+        [records.lambda_row(p, v, t) for p, v in zip(c["lambda_positions"], c["lambda_values"], strict=True)]
+    )
+    expected = _brute_force_push_against_group(rows, [float(a) for a in c["advantage"]], 8, fw, bw, lam)
+    record, _ = recorded_group(run, 2, 0)
+    assert expected > 0 and f"push against the group {expected:.3f}" in record["note"]

@@ -34,8 +34,8 @@ class LossInputs:
         completion_mask: (N, T) bool or 0/1, True at valid tokens.
         advantages: (N,) A_i of Eq. (8).
         forward_span, backward_span: (N, T) bool spans from `conflict_spans`, or None (λ = 1).
-        contested_span: (N, T) bool from `contested_tokens` (the guard, issue 38), or None: with it λ is 0 on these
-            span tokens and 1 elsewhere, instead of Eq. (5); it needs the spans.
+        contested_span: (N, T) bool from `contested_tokens` (the stall guard, `conflict_guard`), or None: with it λ is
+            0 on these span tokens and 1 elsewhere, instead of Eq. (5); it needs the spans.
         common_prefix_span: (N, T) bool from `common_prefix_conflicts`, or None: with it λ is 1 on these tokens
             (GRPO's update, the group's exact evidence on a shared opening) whatever else applies; it needs the spans.
         old_per_token_logps: (N, T) log-probabilities at sampling time, or None (on-policy, r = 1).

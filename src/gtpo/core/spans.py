@@ -203,7 +203,7 @@ def conflict_weights(
     return lam if common_prefix is None else leave_to_group(lam, common_prefix)  # (N, T)
 
 
-# 3b. The guard (issue 38; off by default): protect without promoting -------------------------------
+# 3b. The stall guard (off by default): protect without promoting ----------------------------------
 def contested_tokens(
     completion_ids: Tensor,
     completion_mask: Tensor,
@@ -212,15 +212,15 @@ def contested_tokens(
     forward: Tensor,
     backward: Tensor,
 ) -> Tensor:
-    """The span tokens that the group as a whole pushes down: where the guard sets λ = 0 (issue 38).
+    """The span tokens that the group as a whole pushes down: where the stall guard sets λ = 0.
 
     For a span token v of completion i at aligned position p (counted from the start in M^fw_i, from the end in
     M^bw_i), let S = Σ_j A_j over the completions j of i's group that have v at that aligned position (i included,
     rows with A = 0 adding nothing). Without the correction, v's update there is, up to each completion's length
     weight, S times v's gradient: the group's net evidence on v. Eq. (5) replaces it by 2·Σ_{j: A_j>0} A_j, a push up
     whatever S, which favours an opening the positives share with negatives over one only positives have; in study E
-    that opening was the restated question, and the group converged on it (docs/study-gtpo-vs-grpo.md, "The
-    mechanism"). The guard keeps S where S ≥ 0 (λ = 1, as without the correction) and drops it where S < 0 (λ = 0 for
+    that opening was the restated question, and the group converged on it (docs/studies/mechanism.md). The guard
+    keeps S where S ≥ 0 (λ = 1, as without the correction) and drops it where S < 0 (λ = 0 for
     every sharer, the paper's protection): no shared token is pushed down, and none is pushed up more than the
     group's advantages say. S counts as negative below −G·ZERO_ADVANTAGE_RTOL·max(1, max_g |A_j|), the rounding of a
     sum of G advantages (a token every completion shares has S = 0 up to rounding under Eq. 8).

@@ -62,12 +62,36 @@ def recorded_group(run_dir: str, step: int | None, group: int) -> tuple[dict, st
             }
         rows.append(row)
     applied = "applied by the loss" if meta["lambda_applied"] else "computed for the record only (not applied)"
+    members = [i for i, g in enumerate(columns["group"]) if g == group]
+    push = push_against_group(columns, members, int(meta["group_size"]))
     record = {
         "settings": {**meta, "step": step, "group": group},
         "initial_entropy": meta["initial_entropy"],
         "initial_entropy_given": True,
         "prompt": columns["prompt"][columns["group"].index(group)],
         "completions": rows,
-        "note": f"recorded step {step}, group {group} of {meta['groups_in_step']} ({meta['algorithm']}); λ {applied}",
+        "note": f"recorded step {step}, group {group} of {meta['groups_in_step']} ({meta['algorithm']}); λ {applied}; "
+        f"push against the group {push:.3f} (gtpo/push_against_group: the share of λ's push up on shared tokens "
+        "whose sharers' advantages sum below 0; docs/metrics.md)",
     }
     return record, combine
+
+
+def push_against_group(columns: dict, rows: list[int], group_size: int) -> float:
+    """`gtpo.core.push_against_group` of one recorded group, from its ids, A_i, span lengths and recorded λ."""
+    import torch
+
+    from gtpo import core
+
+    ids = [columns["completion_ids"][i] for i in rows]
+    t = max(1, max(len(r) for r in ids))
+    tokens = torch.tensor([r + [0] * (t - len(r)) for r in ids])  # (G, T)
+    mask = torch.tensor([[True] * len(r) + [False] * (t - len(r)) for r in ids])  # (G, T)
+    pos, lengths = torch.arange(t), mask.sum(-1, keepdim=True)
+    forward = pos < torch.tensor([columns["forward_span"][i] for i in rows]).unsqueeze(-1)  # (G, T)
+    backward = (pos >= lengths - torch.tensor([columns["backward_span"][i] for i in rows]).unsqueeze(-1)) & mask
+    lam = torch.tensor(
+        [record_files.lambda_row(columns["lambda_positions"][i], columns["lambda_values"][i], t) for i in rows]
+    )  # (G, T) the recorded λ
+    advantages = torch.tensor([float(columns["advantage"][i]) for i in rows])  # (G,)
+    return float(core.push_against_group(tokens, mask, advantages, group_size, forward, backward, lam))

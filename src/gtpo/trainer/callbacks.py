@@ -226,8 +226,8 @@ class CollapseMonitor:
             fmt = f" The format reward ({self.format_key}) is {self.format:.3f} smoothed, best {self.format_best:.3f}."
         return (
             f"possible policy collapse at step {self.fired_step if step is None else step}: {seen}.{fmt} To try: "
-            "lower the learning rate; for a stall under GTPO, conflict_guard true (docs/study-gtpo-vs-grpo.md, "
-            "the stall guard); with GTPO keep the entropy filter on and raise entropy_gamma (γ, default 0.1); "
+            "lower the learning rate; for a stall under GTPO, conflict_guard true (docs/studies/"
+            "stall-guard.md); with GTPO keep the entropy filter on and raise entropy_gamma (γ, default 0.1); "
             "with GRPO, switch to algorithm gtpo or add the entropy terms. The warning clears when the "
             "condition ends (docs/inspect.md)."
         )

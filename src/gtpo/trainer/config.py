@@ -71,7 +71,10 @@ class GTPOConfig(GRPOConfig):
     - conflict correction only: `entropy_filter="never"`, `entropy_gamma=0.0`;
     - entropy terms only (GRPO + filter + γ): `conflict_correction=False`;
     - OnlyNeg filtering (appendix 13): `entropy_filter="negative_only"`;
-    - GTPO with the stall guard of issue 38 (protection without promotion, off by default): `conflict_guard=True`;
+    - GTPO with the stall guard (protection without promotion, off by default; docs/studies/stall-guard.md):
+      `conflict_guard=True`;
+    - GTPO with the common prefix left to the group (off by default; docs/studies/lockin.md):
+      `conflict_exclude_common_prefix=True`;
     - the authors' released code, bugs included: `authors_code=True` (`conflict_combine="product"`,
       `entropy_filter="always"`, `entropy_threshold=0.7`, `gtpo_aggregation="reference"`, `scale_rewards="none"`, and
       `conflict_count="max"`, `entropy_clamp=1e-6`, `logprob_temperature="model"` with `temperature=0.9`);
@@ -153,20 +156,19 @@ class GTPOConfig(GRPOConfig):
     conflict_guard: bool = field(
         default=False,
         metadata={
-            "help": "Protect without promoting (issue 38; off: the paper's Eq. 5). Inside the conflict spans λ is 1 "
-            "where the advantages of the group's completions sharing the token at that aligned position sum to >= 0 "
-            "(the update GRPO gives it) and 0 where they sum to < 0 (no shared token pushed down), for both signs, "
-            "instead of 2 for positives and 0 for negatives (gtpo.core.contested_tokens; decided, as Eq. 5's signs, "
-            "from the advantages before the entropy filter and shift). Why: in study E the "
+            "help": "Protect without promoting (off: the paper's Eq. 5; docs/studies/stall-guard.md). Inside the "
+            "conflict spans λ is 1 where the advantages of the group's completions sharing the token at that aligned "
+            "position sum to >= 0 (the update GRPO gives it) and 0 where they sum to < 0 (no shared token pushed "
+            "down), for both signs, instead of 2 for positives and 0 for negatives (gtpo.core.contested_tokens; "
+            "decided, as Eq. 5's signs, from the advantages before the entropy filter and shift). Why: in study E the "
             "doubling promoted an opening that positive completions shared with negatives (the restated question) "
-            "over one only positives had, and the group converged on it (docs/study-gtpo-vs-grpo.md, 'The "
-            "mechanism'). Study F (pre-registered; SmolLM2-135M, synthetic arithmetic, lr 2e-4, 40 steps, 20 seed "
-            "pairs): none of its runs stalled by study E's rule (GRPO: 1 of 20; one ended on the partial format), but "
-            "its held-out pass@1 was 10.1 points below GRPO's [2.7, 17.5] (95 percent interval), and 2 of its 20 "
-            "runs ran to the length limit (docs/study-gtpo-vs-grpo.md, 'Study F'): an option for runs that stall, "
-            "not a recommendation. Replaces conflict_positive_weight, "
-            "conflict_negative_weight and conflict_combine (leave them at their defaults); conflict_span_sides "
-            "still chooses the spans."
+            "over one only positives had, and the group converged on it (docs/studies/mechanism.md). Study F "
+            "(pre-registered; SmolLM2-135M, synthetic arithmetic, lr 2e-4, 40 steps, 20 seed pairs): none of its runs "
+            "stalled by study E's rule (GRPO: 1 of 20; one ended on the partial format), but its held-out pass@1 was "
+            "10.1 points below GRPO's [2.7, 17.5] (95 percent interval), and 2 of its 20 runs ran to the length limit "
+            "(docs/studies/f.md): an option for runs that stall, not a recommendation. Replaces "
+            "conflict_positive_weight, conflict_negative_weight and conflict_combine (leave them at their defaults); "
+            "conflict_span_sides still chooses the spans."
         },
     )
     conflict_exclude_common_prefix: bool = field(
@@ -180,7 +182,7 @@ class GTPOConfig(GRPOConfig):
             "the group, or one the whole group shares (docs/core.md, 'What Eq. 5 does to a shared opening'). "
             "Tokens shared by position only, after prefixes that differ, and the trailing spans keep Eq. 5 "
             "(gtpo.core.common_prefix_conflicts). Exploratory: under test against GRPO on the two-step task "
-            "(docs/study-gtpo-vs-grpo.md)."
+            "(docs/studies/lockin.md)."
         },
     )
     conflict_combine: str = field(
