@@ -49,6 +49,13 @@ def held_out(run: Path) -> float | None:
     return 100 * json.loads(found[0].read_text())["pass@k"]["1"] if found else None
 
 
+def _finished(run: Path) -> bool:
+    try:
+        return json.loads((run / "run.json").read_text()).get("status") == "finished"
+    except (OSError, ValueError):
+        return False
+
+
 def judge(run: Path) -> dict:
     """What the monitor said on one run, and whether the run failed (module docstring)."""
     from gtpo.trainer.callbacks import ACCURACY_KEY, ProgressMonitor
@@ -98,6 +105,8 @@ def study_table(runs: list[Path]) -> dict:
     """Counts per arm (module docstring)."""
     arms: dict[str, dict] = {}
     for run in runs:
+        if not _finished(run):  # a run still going (a study in the background) is not judged
+            continue
         row = judge(run)
         arm = arms.setdefault(run.parent.name, {"runs": 0, "failed": 0, "hits": [], "misses": [], "false alarms": [],
                                                 "too short": [], "signal loss": []})  # fmt: skip

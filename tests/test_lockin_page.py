@@ -1,0 +1,154 @@
+"""docs/studies/lockin.md's figures, recomputed from the committed runs by the scripts the page names.
+
+The tables of `scripts/lockin_tokens.py` (G's and E's completion records), `gtpo/push_against_group`'s ranges and the
+no-progress warning's table (`scripts/lockin_warning_table.py`, every committed run's metrics.jsonl), and the check
+that G's gtpo/seed417 repeated on another CPU (`studies/smollm2-two-step-g-repro` against G's run). Slow: they read
+every record (about 30 s).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+PAGE = (ROOT / "docs" / "studies" / "lockin.md").read_text()
+G, E = ROOT / "studies" / "smollm2-two-step-g", ROOT / "studies" / "smollm2-synthetic-lr1e-3-e"
+LOW = ("seed400", "seed404", "seed405", "seed407", "seed410", "seed417", "seed418")
+
+pytestmark = pytest.mark.slow
+
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def _mechanism(task: str, study: Path) -> dict:
+    import lockin_tokens
+
+    return {label: group["windows"] for label, group in _tables(lockin_tokens, task, study).items()}
+
+
+def _tables(module, task, study):
+    import statistics
+
+    out = {}
+    for label, runs in module._run_groups(task, study).items():
+        per_run = {p.name: module.windows(module.run_terms(p)) for p in runs}
+        first = next(iter(per_run.values()))
+        out[label] = {
+            "runs": len(runs),
+            "windows": {w: {k: statistics.fmean(r[w][k] for r in per_run.values()) for k in first[w]} for w in first},
+        }
+    return out
+
+
+def test_the_opening_table_is_g_s_records():
+    tables = _mechanism("two-step", G)
+    names = {"gtpo, low seeds": "gtpo, the 7 low seeds", "gtpo, other seeds": "gtpo, the 13 others"}
+    for label, name in names.items():
+        for window, d in tables[label].items():
+            if name.endswith("others") and window == "31-40":
+                continue
+            row = _row(name, window, f"{d['single-equation share']:.2f}", f"{d['opening: tokens']:.0f}",
+                       f"{d['opening in common prefix']:.0f}", _signed(d["opening: push"]),
+                       _signed(d["opening: plain"]), _signed(d["opening: entropy part"]),
+                       f"{d['opening flipped']:.1f}")  # fmt: skip
+            assert row in PAGE, row
+    for window in ("1-10", "11-20"):
+        d = tables["grpo, low seeds"][window]
+        assert _row("grpo, the 7 low seeds", window, f"{d['single-equation share']:.2f}", f"{d['opening: tokens']:.0f}",
+                    f"{d['opening in common prefix']:.0f}", f"({_signed(d['opening: push'])})",
+                    _signed(d["opening: plain"]), "0", f"({d['opening flipped']:.1f})") in PAGE  # fmt: skip
+
+
+def test_the_span_table_is_g_s_and_e_s_records():
+    rows = {
+        "G gtpo, the 7 low seeds": ("two-step", "gtpo, low seeds"),
+        "E gtpo, the 10 stalled": ("one-step", "gtpo, stalled"),
+        "E gtpo, the 22 others": ("one-step", "gtpo, other"),
+    }
+    tables = {"two-step": _mechanism("two-step", G), "one-step": _mechanism("one-step", E)}
+    for name, (task, label) in rows.items():
+        d = tables[task][label]["1-10"]
+        row = _row(name, "1-10", f"{d['common prefix: tokens']:.0f}", f"{d['position only: tokens']:.0f}",
+                   _signed(d["common prefix: push"]), _signed(d["common prefix: plain"]), _signed(d["backward: push"]),
+                   _signed(d["backward: plain"]))  # fmt: skip
+        assert row in PAGE, row
+    # "93–100 % of forward-span tokens lie in a common prefix", over every row of both studies (steps 1-10; 100: the one
+    # stalled gtpo-nocc run of E).
+    shares = [
+        w["1-10"]["common prefix: tokens"] / (w["1-10"]["common prefix: tokens"] + w["1-10"]["position only: tokens"])
+        for table in tables.values()
+        for w in table.values()
+        if w["1-10"]["common prefix: tokens"]
+    ]
+    assert round(100 * min(shares)) == 93 and round(100 * max(shares)) == 100 and "93–100 %" in PAGE
+
+
+def test_the_warning_table_and_the_push_ranges_are_the_committed_runs():
+    import lockin_warning_table as table
+
+    judged = {}
+    for study in sorted((ROOT / "studies").iterdir()):
+        runs = sorted(p for p in study.glob("runs/*/seed*") if (p / "metrics.jsonl").is_file())
+        if runs:
+            arms = table.study_table(runs)
+            judged[study.name] = [sum(a["runs"] - len(a["too short"]) for a in arms.values()),
+                                  *(sum(a[k] if k == "failed" else len(a[k]) for a in arms.values())
+                                    for k in ("failed", "hits", "misses", "false alarms", "signal loss"))]  # fmt: skip
+    page_rows = {
+        "B (lr 10⁻³, 3 arms × 3)": ["smollm2-synthetic-lr1e-3"],
+        "C (lr 10⁻³, 2 × 12)": ["smollm2-synthetic-lr1e-3-c"],
+        "A (lr 2·10⁻⁴, 3 × 5)": ["smollm2-synthetic-lr2e-4"],
+        "D (2 × 12)": ["smollm2-synthetic-lr2e-4-d"],
+        "D re-run (2 × 2)": ["smollm2-synthetic-lr2e-4-d-rerun"],
+        "F (2 × 20)": ["smollm2-synthetic-lr2e-4-f"],
+        "F's γ screen (2 × 2)": ["smollm2-synthetic-lr2e-4-guard-gamma"],
+        "the pilot's gtpo run, G's re-run": ["smollm2-two-step-pilot", "smollm2-two-step-g-repro"],
+    }
+    for name, studies in page_rows.items():
+        counts = [sum(judged[s][k] for s in studies) for k in range(6)]
+        assert _row(name, *map(str, counts)) in PAGE, (name, counts)
+    g = judged["smollm2-two-step-g"]
+    assert g[:5] == [40, 7, 7, 0, 3]  # the rule's own runs (tests/trainer/test_progress_monitor.py)
+    others = [judged[s] for studies in page_rows.values() for s in studies]  # the studies before the screen
+    hits, failed = sum(r[2] for r in others), sum(r[1] for r in others)
+    alarms, fine = sum(r[4] for r in others), sum(r[0] - r[1] for r in others)
+    assert f"caught {hits} of {failed} failed runs and raised {alarms} false alarms among {fine} runs" in PAGE
+    push = {run.name: table.push_against_group(run) for run in sorted((G / "runs" / "gtpo").glob("seed*"))}
+
+    def span(names, lo, hi):
+        means = [sum(v[s] for s in v if lo <= s <= hi) / len([s for s in v if lo <= s <= hi]) for n, v in push.items()
+                 if n in names]  # fmt: skip
+        return f"{min(means):.2f}–{max(means):.2f}"
+
+    others_names = set(push) - set(LOW)
+    assert f"{span(LOW, 1, 5)} at the seven low seeds, {span(others_names, 1, 5)} at the thirteen others" in PAGE
+    assert f"over steps 6–10,\n{span(LOW, 6, 10)} and {span(others_names, 6, 10)}" in PAGE
+
+
+def test_g_s_run_repeated_on_another_cpu():
+    def steps(run):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        return {r["step"]: r for r in rows if "loss" in r}
+
+    ours = G / "runs" / "gtpo" / "seed417"
+    again = ROOT / "studies" / "smollm2-two-step-g-repro" / "runs" / "gtpo" / "seed417"
+    a, b = steps(ours), steps(again)
+    assert sorted(a) == sorted(b) == list(range(1, 41))
+    for key in ("reward", "completions/mean_length"):
+        assert [a[s][key] for s in a] == [b[s][key] for s in a]
+    assert max(abs(a[s]["loss"] - b[s]["loss"]) for s in a) < 2.5e-7
+    results = [json.loads((run / "eval" / "two-step" / "results.json").read_text()) for run in (ours, again)]
+    assert results[0]["pass@k"] == results[1]["pass@k"] and results[0]["maj@k"] == results[1]["maj@k"]
+    assert json.loads((again / "run.json").read_text())["machine"]["cpu"] == "AMD EPYC"
+    assert "loss within 2.4·10⁻⁷" in PAGE
