@@ -107,6 +107,7 @@ def test_the_dated_list_has_one_heading_per_place_and_date():
         ("2026-11-27", "this project's 2-core CPU machine"),
         ("2026-11-27", "the same machine, in `.venv-vllm`"),
         ("2026-11-28", "one NVIDIA H100 80GB HBM3"),
+        ("2026-11-28", "this project's 2-core CPU machine"),
     ]
     lock = (ROOT / "requirements" / "lock-cpu.txt").read_text()
     for package, version in (("torch", "2.13.0+cpu"), ("accelerate", "1.15.0"), ("trl", "1.16.0")):
@@ -115,14 +116,29 @@ def test_the_dated_list_has_one_heading_per_place_and_date():
 
 
 def test_what_the_launch_check_test_is_said_to_check_is_what_it_does():
-    """docs/recipes.md and docs/python-api.md say FSDP on two CPU ranks was launched by hand only, and that
-    tests/trainer/test_launch_checks.py checks one process with the launcher's variable set: it launches nothing."""
+    """docs/recipes.md and docs/python-api.md say tests/trainer/test_launch_checks.py checks one process with the
+    launcher's variable set (it launches nothing), and that tests/trainer/test_fsdp_cpu_launch.py launches two ranks
+    under fsdp.yaml, plain and with accelerate's CPU check lifted, and compares both with one process: it does."""
     test = (ROOT / "tests" / "trainer" / "test_launch_checks.py").read_text()
     assert "accelerate launch" not in test.split('"""', 2)[2] and "subprocess" not in test
     assert 'monkeypatch.setenv(asked, "true")' in test and "assert not trainer.is_fsdp_enabled" in test
-    assert "FSDP on two CPU ranks: launched by hand, ran unsharded; no log committed, no test launches it." in RECIPES
     assert "It launches no ranks." in RECIPES
-    assert "no test launches it; `tests/trainer/test_launch_checks.py` checks the line" in PYTHON_API
+    launch = (ROOT / "tests" / "trainer" / "test_fsdp_cpu_launch.py").read_text()
+    assert (
+        '"accelerate.commands.launch"' in launch
+        and '"fsdp.yaml"' in launch
+        and '"--num_processes",\n        "2"' in launch
+    )
+    assert '"--cpu"' not in launch and '_launch_two_ranks(out, "--fsdp-on-cpu")' in launch
+    assert launch.count("_assert_same_rows_and_update(single_out, single, out, _records(out))") == 2
+    assert (
+        "launch_checks.warn_if_unsharded" in RECIPES
+        and "`tests/trainer/test_fsdp_cpu_launch.py`, in `make test-slow`" in RECIPES
+    )
+    assert "`tests/trainer/test_fsdp_cpu_launch.py` launches it" in PYTHON_API
+    assert "no test launches it" not in RECIPES + PYTHON_API
+    worker = (ROOT / "tests" / "scripts" / "spans_worker.py").read_text()
+    assert "def lift_accelerate_cpu_fsdp_guard" in worker and "test-only" in RECIPES
 
 
 def test_no_unlogged_probe_figures():

@@ -2,7 +2,8 @@
 
 accelerate's launcher passes a config's FSDP/DeepSpeed choice to the process as ACCELERATE_USE_FSDP /
 ACCELERATE_USE_DEEPSPEED; accelerate itself then decides the distributed type, and on CPU it never picks FSDP
-(measured with two ranks under configs/accelerate/fsdp.yaml and use_cpu=True: MULTI_CPU, i.e. DDP; docs/recipes.md).
+(two ranks under configs/accelerate/fsdp.yaml and use_cpu=True run MULTI_CPU, i.e. DDP: launched by
+tests/trainer/test_fsdp_cpu_launch.py, which also checks the line those ranks print).
 The in-process test lets accelerate make that decision itself, so it fails if accelerate starts to shard on CPU.
 """
 
