@@ -124,6 +124,8 @@ def test_the_warning_table_and_the_push_ranges_are_the_committed_runs():
     hits, failed = sum(r[2] for r in others), sum(r[1] for r in others)
     alarms, fine = sum(r[4] for r in others), sum(r[0] - r[1] for r in others)
     assert f"caught {hits} of {failed} failed runs and raised {alarms} false alarms among {fine} runs" in PAGE
+    signal, total = sum(r[5] for r in others), sum(r[0] for r in others)
+    assert f"turned on at {signal} of the {total} judged runs outside G (and at {g[5]} of G's {g[0]})" in PAGE
     push = {run.name: table.push_against_group(run) for run in sorted((G / "runs" / "gtpo").glob("seed*"))}
 
     def span(names, lo, hi):

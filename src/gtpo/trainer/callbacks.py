@@ -252,29 +252,31 @@ class ProgressRule:
       whose held-out pass@1 ended below 11 % (GTPO's lock-in into the single-equation opening), at steps 17-25, and
       at 3 of the other 33, all GRPO (docs/studies/lockin.md). It sees the symptom, not the cause:
       `gtpo/push_against_group`, the cause's own measure, did not tell those runs apart.
-    - ``signal_loss``: the smoothed share of groups with all-equal rewards (TRL's ``frac_reward_zero_std``) is at
-      least ``zero_std`` for ``patience`` logs: A = 0 for nearly every completion, nothing left to learn from.
+    - ``signal_loss``: the share of groups with all-equal rewards (TRL's ``frac_reward_zero_std``), averaged over the
+      last ``window`` logs, is at least ``zero_std``: A = 0 for most completions, little left to learn from. With one
+      group a step (the offline default run) that is 8 of the last 10 steps.
     """
 
     alpha: float = 0.3
     after: int = 15
     floor: float = 0.6
-    zero_std: float = 0.9
     patience: int = 3
+    zero_std: float = 0.8
+    window: int = 10
 
 
 @dataclass
 class ProgressMonitor:
     """The no-progress and signal-loss state over logged rows (replayable without a trainer, as `CollapseMonitor`).
 
-    ``update(row, step)`` returns ``monitor/accuracy_ema``, ``monitor/zero_std_ema``, ``monitor/no_progress`` and
+    ``update(row, step)`` returns ``monitor/accuracy_ema``, ``monitor/zero_std_mean``, ``monitor/no_progress`` and
     ``monitor/signal_loss`` (1 while on); ``turned_on`` lists the names that turned on at that row.
     """
 
     rule: ProgressRule = field(default_factory=ProgressRule)
     accuracy_key: str = ACCURACY_KEY
     accuracy: float | None = None
-    zero_std: float | None = None
+    zero_std: list[float] = field(default_factory=list)  # the last `window` values
     streaks: dict[str, int] = field(default_factory=lambda: {"no_progress": 0, "signal_loss": 0})
     on: dict[str, bool] = field(default_factory=lambda: {"no_progress": False, "signal_loss": False})
     fired_step: dict[str, int | None] = field(default_factory=lambda: {"no_progress": None, "signal_loss": None})
@@ -288,13 +290,14 @@ class ProgressMonitor:
             held["no_progress"] = step is not None and step >= rule.after and self.accuracy <= rule.floor
             out["monitor/accuracy_ema"] = self.accuracy
         if zero_std is not None:
-            self.zero_std = _ema(self.zero_std, zero_std, rule.alpha)
-            held["signal_loss"] = self.zero_std >= rule.zero_std
-            out["monitor/zero_std_ema"] = self.zero_std
+            self.zero_std = [*self.zero_std, zero_std][-rule.window :]
+            mean = sum(self.zero_std) / len(self.zero_std)
+            held["signal_loss"] = len(self.zero_std) == rule.window and mean >= rule.zero_std
+            out["monitor/zero_std_mean"] = mean
         self.turned_on = []
         for name, holds in held.items():
             self.streaks[name] = self.streaks[name] + 1 if holds else 0
-            now = self.streaks[name] >= rule.patience
+            now = self.streaks[name] >= (rule.patience if name == "no_progress" else 1)
             if now and not self.on[name]:
                 self.turned_on.append(name)
                 self.fired_step[name] = step if self.fired_step[name] is None else self.fired_step[name]
@@ -306,8 +309,9 @@ class ProgressMonitor:
         """The line logged when ``name`` turns on."""
         if name == "signal_loss":
             return (
-                f"little signal left at step {step}: {100 * self.zero_std:.0f}% of groups (smoothed "
-                f"{ZERO_STD_KEY}) have all-equal rewards, so their advantages are 0 and they teach nothing; the "
+                f"little signal left at step {step}: over the last {len(self.zero_std)} logs "
+                f"{100 * sum(self.zero_std) / len(self.zero_std):.0f}% of groups ({ZERO_STD_KEY}) had all-equal "
+                "rewards, so their advantages are 0 and they teach nothing; the "
                 "prompts are all solved or all failed at this temperature. To try: harder or easier prompts, more "
                 "generations per prompt, a higher temperature, or stop here."
             )
