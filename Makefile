@@ -23,8 +23,8 @@ test-vllm:
 
 # ruff (pyproject.toml [tool.ruff]): the lint rules and the formatting, on everything Python in the repository.
 lint: setup
-	.venv/bin/ruff check src tests benchmarks scripts recipes
-	.venv/bin/ruff format --check src tests benchmarks scripts recipes
+	.venv/bin/ruff check src tests benchmarks scripts studies/tools recipes
+	.venv/bin/ruff format --check src tests benchmarks scripts studies/tools recipes
 
 bench: setup
 	.venv/bin/python benchmarks/bench_conflict.py

@@ -1,9 +1,9 @@
 """docs/studies/lockin.md's figures, recomputed from the committed runs by the scripts the page names.
 
-The tables of `scripts/lockin_tokens.py` (G's and E's completion records), `gtpo/push_against_group`'s ranges and the
-no-progress warning's table (`scripts/lockin_warning_table.py`, every committed run's metrics.jsonl), and the check
-that G's gtpo/seed417 repeated on another CPU (`studies/smollm2-two-step-g-repro` against G's run). Slow: they read
-every record (about 30 s).
+The tables of `studies/tools/lockin_tokens.py` (G's and E's completion records), `gtpo/push_against_group`'s ranges
+and the no-progress warning's table (`studies/tools/lockin_warning_table.py`, every committed run's metrics.jsonl), and
+the check that G's gtpo/seed417 repeated on another CPU (`studies/smollm2-two-step-g-repro` against G's run). Slow:
+they read every record (about 30 s).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "studies" / "tools"))
 PAGE = (ROOT / "docs" / "studies" / "lockin.md").read_text()
 G, E = ROOT / "studies" / "smollm2-two-step-g", ROOT / "studies" / "smollm2-synthetic-lr1e-3-e"
 LOW = ("seed400", "seed404", "seed405", "seed407", "seed410", "seed417", "seed418")

@@ -1,5 +1,5 @@
 """The figures of the offline default run are the committed raw data's (issue 20): every table and number
-scripts/readme_figures.py computes from studies/smollm2-synthetic-lr2e-4's seed-0 runs (metrics.jsonl,
+studies/tools/readme_figures.py computes from studies/smollm2-synthetic-lr2e-4's seed-0 runs (metrics.jsonl,
 eval/synthetic/results.json) is in docs/offline-default-run.md (the README's page for the run) verbatim. A rerun
 that changes the files, or an edit of the page's numbers, fails here instead of going stale."""
 

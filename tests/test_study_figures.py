@@ -633,8 +633,8 @@ ABLATIONS = ROOT / "studies" / "smollm2-synthetic-lr1e-3-ablations"
 
 def test_the_one_flag_ablation_table_is_the_committed_runs():
     """docs/studies/mechanism.md's "One flag at a time" table, recomputed from the committed 15-step runs with study
-    E's stall rule and first-full-format step (scripts/analyze_preregistered.py), and its control equal to the guard
-    screen's GTPO runs step for step."""
+    E's stall rule and first-full-format step (studies/tools/analyze_preregistered.py), and its control equal to the
+    guard screen's GTPO runs step for step."""
     analysis = _analysis()
     seeds = (100, 104, 105, 108, 110)
     arms = ("gtpo", "forward-only", "backward-only", "no-doubling", "no-protection", "protect-only", "authors-code")

@@ -1,7 +1,7 @@
-"""scripts/analyze_preregistered.py computes studies C and D's primary outcomes exactly as their pre-registrations say:
-checked on synthetic run folders against Fisher p-values and t-intervals derived by hand (the derivation is in each
-test), against the committed study B (the rule reproduces its documented pattern), and against the figures the
-pre-registrations quote."""
+"""studies/tools/analyze_preregistered.py computes studies C and D's primary outcomes exactly as their
+pre-registrations say: checked on synthetic run folders against Fisher p-values and t-intervals derived by hand (the
+derivation is in each test), against the committed study B (the rule reproduces its documented pattern), and against
+the figures the pre-registrations quote."""
 
 from __future__ import annotations
 

@@ -32,10 +32,10 @@ def tiny_train_args(model: str) -> list[str]:
 
 
 def load_script(name: str):
-    """``scripts/<name>.py`` imported as a module (the repository's scripts are not a package)."""
+    """``studies/tools/<name>.py`` imported as a module (the study tools are not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "studies" / "tools" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -37,8 +37,8 @@ CLIPPED_KEY = "completions/clipped_ratio"  # TRL: share of the step's completion
 DEFAULT_FORMAT_KEY = "rewards/format_reward/mean"
 
 # Every signal the rule knows, and the ones it watches by default. The entropy signal (the paper's Sec. 4.2 order)
-# and the filter signal are off by default: replayed on the committed runs (scripts/collapse_warning_table.py) they
-# warned in time on no failed run that the length and stall signals missed, and added false alarms (the entropy
+# and the filter signal are off by default: replayed on the committed runs (studies/tools/collapse_warning_table.py)
+# they warned in time on no failed run that the length and stall signals missed, and added false alarms (the entropy
 # signal's included the offline default run's at step 3). docs/inspect.md, "Measured".
 SIGNALS = ("length", "stall", "format", "filtered", "entropy")
 DEFAULT_SIGNALS = ("length", "stall", "format")

@@ -1,7 +1,7 @@
 """How the base model answers the two-step task under a few prompt settings: the measurement behind
 `gtpo.tasks.two_step.TWO_STEP_EXAMPLES` and the task's operand range (issue 48, item 3).
 
-    .venv/bin/python scripts/two_step_prompt_probe.py            # 20 test questions x 8 samples, 96 tokens
+    .venv/bin/python studies/tools/two_step_prompt_probe.py            # 20 test questions x 8 samples, 96 tokens
 
 For each setting: how many completions have the full tag format (format reward 10), the right final answer, a
 right first step (`first_step_correct`), and a right first step followed by a wrong answer (the case GTPO's

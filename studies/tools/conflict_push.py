@@ -13,8 +13,8 @@ text, and two sums over the forward-span positions of all completions:
 - ``guard``: the same with the stall guard's λ (`conflict_guard`: 0 on span tokens whose sharers' advantages sum
   below 0, 1 on the others; `gtpo.core.contested_tokens` on the recorded ids and A_i), what the guard would give.
 
-    .venv/bin/python scripts/conflict_push.py studies/smollm2-synthetic-lr1e-3-e/runs/gtpo/seed200 [--steps 1 5]
-    .venv/bin/python scripts/conflict_push.py --table studies/smollm2-synthetic-lr1e-3-e/runs/*/seed*   # per run
+    .venv/bin/python studies/tools/conflict_push.py studies/smollm2-synthetic-lr1e-3-e/runs/gtpo/seed200 [--steps 1 5]
+    .venv/bin/python studies/tools/conflict_push.py --table studies/smollm2-synthetic-lr1e-3-e/runs/*/seed*   # per run
 
 Reads the records only (no model). Each line: ``step R=[rewards] push P plain Q guard U  fw 'text'  bw 'text'``.
 """
@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from gtpo.runs import completions as records  # noqa: E402
 

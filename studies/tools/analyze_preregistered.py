@@ -1,19 +1,21 @@
 """The primary outcomes of studies C and D, computed exactly as their PREREGISTRATION.md registers them, from the
 committed run files alone; and the power figures the pre-registrations quote.
 
-    .venv/bin/python scripts/analyze_preregistered.py c studies/smollm2-synthetic-lr1e-3-c   # study C: runaways
-    .venv/bin/python scripts/analyze_preregistered.py d studies/smollm2-synthetic-lr2e-4-d   # study D: pass@1
-    .venv/bin/python scripts/analyze_preregistered.py power                                  # the power table
-    .venv/bin/python scripts/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c  # per-run table
-    .venv/bin/python scripts/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d  # D's length pairs
-    .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-d  # per-seed table
-    .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e   # study E: the stall
-    .venv/bin/python scripts/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
-    .venv/bin/python scripts/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f   # study F: guard vs GRPO
-    .venv/bin/python scripts/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
-    .venv/bin/python scripts/analyze_preregistered.py g studies/smollm2-two-step-g          # study G: two-step task
-    .venv/bin/python scripts/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
-    .venv/bin/python scripts/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
+With the project's interpreter (.venv/bin/python):
+
+    python studies/tools/analyze_preregistered.py c studies/smollm2-synthetic-lr1e-3-c            # study C: runaways
+    python studies/tools/analyze_preregistered.py d studies/smollm2-synthetic-lr2e-4-d            # study D: pass@1
+    python studies/tools/analyze_preregistered.py power                                           # the power table
+    python studies/tools/analyze_preregistered.py runs studies/smollm2-synthetic-lr1e-3-c         # per-run table
+    python studies/tools/analyze_preregistered.py heldout studies/smollm2-synthetic-lr2e-4-d      # D's length pairs
+    python studies/tools/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-d        # per-seed table
+    python studies/tools/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-e            # study E: the stall
+    python studies/tools/analyze_preregistered.py e studies/smollm2-synthetic-lr1e-3-guard --arms gtpo gtpo-guard
+    python studies/tools/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f  # study F: guard vs GRPO
+    python studies/tools/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
+    python studies/tools/analyze_preregistered.py g studies/smollm2-two-step-g  # study G: two-step task
+    python studies/tools/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
+    python studies/tools/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
 Standard library only (no scipy): Fisher's exact test by enumerating the hypergeometric distribution with exact
 integers, the paired t-interval with gtpo compare's t table (gtpo.compare.stats), and the power of the paired t-test
@@ -53,7 +55,7 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gtpo.compare.stats import mean_interval, sample_std  # noqa: E402
@@ -657,10 +659,10 @@ G_FIRST_STEP = "share of negatives, %"  # two_step_spans.run_counts: negatives w
 
 
 def _two_step_spans():
-    """scripts/two_step_spans.py as a module (scripts/ is no package)."""
+    """studies/tools/two_step_spans.py as a module (studies/tools/ is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "scripts" / "two_step_spans.py")
+    spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "studies" / "tools" / "two_step_spans.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

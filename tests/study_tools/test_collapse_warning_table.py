@@ -1,5 +1,5 @@
-"""scripts/collapse_warning_table.py: the failure rules on hand-made runs, the verdicts, and docs/inspect.md's table
-held to the script's output on the committed runs."""
+"""studies/tools/collapse_warning_table.py: the failure rules on hand-made runs, the verdicts, and docs/inspect.md's
+table held to the script's output on the committed runs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def script():
     import importlib.util
     import sys
 
-    path = ROOT / "scripts" / "collapse_warning_table.py"
+    path = ROOT / "studies" / "tools" / "collapse_warning_table.py"
     spec = importlib.util.spec_from_file_location("collapse_warning_table", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

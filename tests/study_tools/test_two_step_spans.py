@@ -1,4 +1,4 @@
-"""scripts/two_step_spans.py: the share of negative completions whose forward conflict span holds a correct first
+"""studies/tools/two_step_spans.py: the share of negative completions whose forward conflict span holds a correct first
 step (study G's registered secondary outcome, issue 48), counted on a hand-made completion record whose answer is
 known token by token."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "scripts" / "two_step_spans.py")
+_spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "studies" / "tools" / "two_step_spans.py")
 spans = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(spans)
 

@@ -14,9 +14,9 @@ Per recorded step of a run (one group of 8 in the studies) it reads each complet
   sharer's under the guard), λ = 2 (a positive's under Eq. 5), from the record's λ (a GRPO run's record holds the
   λ the correction would have given; its loss applied none).
 
-    .venv/bin/python scripts/collapse_one_answer.py studies/smollm2-synthetic-lr2e-4-f/runs/gtpo-guard/seed319
-    .venv/bin/python scripts/collapse_one_answer.py --table studies/smollm2-synthetic-lr2e-4-f/runs/*/seed31[89] \\
-        studies/smollm2-synthetic-lr2e-4-d-rerun/runs/gtpo/seed110
+    .venv/bin/python studies/tools/collapse_one_answer.py studies/smollm2-synthetic-lr2e-4-f/runs/gtpo-guard/seed319
+    .venv/bin/python studies/tools/collapse_one_answer.py --table \\
+        studies/smollm2-synthetic-lr2e-4-f/runs/*/seed31[89] studies/smollm2-synthetic-lr2e-4-d-rerun/runs/gtpo/seed110
 
 The held-out side (``heldout_agreement``) reads a run's ``eval/synthetic/samples.jsonl`` (8 samples per problem):
 the problems whose 8 samples were one and the same wrong answer, and the mean share of the most common answer.
@@ -32,7 +32,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from gtpo.runs import completions as records  # noqa: E402
 

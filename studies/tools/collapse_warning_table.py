@@ -24,9 +24,9 @@ when the rule warned and *quiet* otherwise. Runs shorter than 15 steps (study C'
 listed but not judged. The offline default run's committed twins (``docs/measurements/make-train-*`` and study A's
 gtpo/seed0) are replayed beside the table.
 
-    .venv/bin/python scripts/collapse_warning_table.py            # the table of docs/inspect.md
-    .venv/bin/python scripts/collapse_warning_table.py --runs     # and one line per run
-    .venv/bin/python scripts/collapse_warning_table.py --signals length stall filtered format entropy
+    .venv/bin/python studies/tools/collapse_warning_table.py            # the table of docs/inspect.md
+    .venv/bin/python studies/tools/collapse_warning_table.py --runs     # and one line per run
+    .venv/bin/python studies/tools/collapse_warning_table.py --signals length stall filtered format entropy
 
 A study folder that is missing ends in one line naming it (exit status 2).
 """
@@ -41,15 +41,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gtpo.trainer.callbacks import SIGNALS, CollapseMonitor, CollapseRule  # noqa: E402
 
 
 def _load_analysis():
-    """scripts/analyze_preregistered.py: the studies' registered rules (runaway, stall, format lost)."""
-    path = ROOT / "scripts" / "analyze_preregistered.py"
+    """studies/tools/analyze_preregistered.py: the studies' registered rules (runaway, stall, format lost)."""
+    path = ROOT / "studies" / "tools" / "analyze_preregistered.py"
     spec = importlib.util.spec_from_file_location("analyze_preregistered", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

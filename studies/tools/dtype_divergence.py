@@ -8,7 +8,7 @@ far the log-probabilities differ and where each pair of completions first differ
 GGUF model's bf16 matmuls in float32 kernels with bf16 inputs and outputs, so this shows how sensitive the
 samples are to the dtype, not a replay of the partial study's CPU arithmetic.)
 
-    .venv/bin/python scripts/dtype_divergence.py          # about 30 s on this project's 2-core CPU
+    .venv/bin/python studies/tools/dtype_divergence.py          # about 30 s on this project's 2-core CPU
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The default run (`gtpo train`, no arguments) is recipes/smollm2/synthetic/gtpo.y
 metrics.jsonl and held-out evaluations. This prints the page's blocks from those files;
 tests/test_readme_figures.py checks that docs/offline-default-run.md holds them verbatim.
 
-    .venv/bin/python scripts/readme_figures.py          # print the blocks
+    .venv/bin/python studies/tools/readme_figures.py          # print the blocks
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STUDY = Path("studies/smollm2-synthetic-lr2e-4")
 RUNS = {"GTPO": STUDY / "runs/gtpo/seed0", "GRPO": STUDY / "runs/grpo/seed0"}
 COLUMNS = (("total reward (max 20)", "reward"), ("format (max 10)", "rewards/format_reward/mean"),

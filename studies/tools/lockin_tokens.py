@@ -3,8 +3,8 @@ into the part whose whole prefix a positive and a negative completion share (the
 gradients are identical and GRPO's summed update is the group's exact evidence) and the part shared by position only
 (exploratory; read from the completion records, no model).
 
-    .venv/bin/python scripts/lockin_tokens.py two-step studies/smollm2-two-step-g      # study G: low seeds vs others
-    .venv/bin/python scripts/lockin_tokens.py one-step studies/smollm2-synthetic-lr1e-3-e  # study E: stalled vs not
+    .venv/bin/python studies/tools/lockin_tokens.py two-step studies/smollm2-two-step-g      # G: low seeds vs others
+    .venv/bin/python studies/tools/lockin_tokens.py one-step studies/smollm2-synthetic-lr1e-3-e  # E: stalled vs not
 
 Per recorded group (one per step) and completion i, with λ_{i,t} the recorded λ, A_i the advantage (its sign decides
 Eq. 5), A'_i the advantage the loss weighted (after δ_i and the shift -γ⟨H⟩_i of Eq. 7) and w_i = 1/|o_i| (loss_type
@@ -28,9 +28,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "studies" / "tools"))
 
 WINDOWS = ((1, 10), (11, 20), (21, 30), (31, 40))
 _FIRST_EQUATION = re.compile(r"<reasoning>\s*([^=\n]*?)=")  # the text before the first "=" of the reasoning

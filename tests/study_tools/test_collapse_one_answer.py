@@ -1,4 +1,4 @@
-"""scripts/collapse_one_answer.py: a group's answers and what the loss did to the tokens writing its sum, from
+"""studies/tools/collapse_one_answer.py: a group's answers and what the loss did to the tokens writing its sum, from
 hand-built records (no model); the held-out agreement from a hand-written samples file."""
 
 from __future__ import annotations

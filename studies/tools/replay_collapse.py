@@ -12,8 +12,8 @@ lead time (fall − warning, in logged steps) and a verdict:
 - ``early``: warned before the fall; ``late``: warned at or after it; ``missed``: fell, no warning;
   ``false alarm``: warned, never fell; ``quiet``: neither.
 
-    python scripts/replay_collapse.py studies/smollm2-synthetic-lr2e-4/runs/*/seed* runs/*/
-    python scripts/replay_collapse.py RUN_DIR --json out.json
+    python studies/tools/replay_collapse.py studies/smollm2-synthetic-lr2e-4/runs/*/seed* runs/*/
+    python studies/tools/replay_collapse.py RUN_DIR --json out.json
 
 Bad input (a missing file, a line that is not JSON) ends in one line naming the file, exit status 2.
 """

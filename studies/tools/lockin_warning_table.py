@@ -1,9 +1,9 @@
 """The no-progress warning and the signal-loss line replayed on every committed run (exploratory; their rule was set on
-study G's runs only, `gtpo.trainer.callbacks.ProgressRule`), as `scripts/collapse_warning_table.py` does for the
+study G's runs only, `gtpo.trainer.callbacks.ProgressRule`), as `studies/tools/collapse_warning_table.py` does for the
 collapse warning; and `gtpo/push_against_group`, recomputed from the completion records, at G's low seeds and the rest.
 
-    .venv/bin/python scripts/lockin_warning_table.py                 # every study under studies/
-    .venv/bin/python scripts/lockin_warning_table.py runs/*-smollm2-synthetic-gtpo   # any run folders
+    .venv/bin/python studies/tools/lockin_warning_table.py                 # every study under studies/
+    .venv/bin/python studies/tools/lockin_warning_table.py runs/*-smollm2-synthetic-gtpo   # any run folders
 
 A run *failed* when its held-out pass@1 ended below 11 % (G's low seeds' bound) where it was evaluated, else when its
 training accuracy reward averaged at most 0.6 (6 % of completions right) over its last 5 logged steps. Per study and
@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 FAILED_BELOW = 11.0  # held-out pass@1 in points

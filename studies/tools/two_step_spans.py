@@ -2,7 +2,7 @@
 forward conflict span (the leading tokens it shares with positive and negative completions of its group, paper Sec.
 5.1) holds a correct first step, so Eq. 5 keeps that step from being pushed down (issue 48, items 3 and 5).
 
-    .venv/bin/python scripts/two_step_spans.py studies/smollm2-two-step-pilot/runs/gtpo/seed390 [RUN ...]
+    .venv/bin/python studies/tools/two_step_spans.py studies/smollm2-two-step-pilot/runs/gtpo/seed390 [RUN ...]
 
 Read from a run's completion record (RUN/completions/completions_NNNNN.parquet, one group per step): per completion
 its question (the prompt's last user turn), its tokens as decoded pieces (`completion_tokens`), its advantage A (before
@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gtpo.tasks.two_step import first_step_end  # noqa: E402

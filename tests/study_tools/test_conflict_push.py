@@ -1,4 +1,4 @@
-"""scripts/conflict_push.py: the net push on the shared opening, from a hand-built record (no model)."""
+"""studies/tools/conflict_push.py: the net push on the shared opening, from a hand-built record (no model)."""
 
 from __future__ import annotations
 
