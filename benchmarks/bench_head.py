@@ -6,7 +6,7 @@
 Arms, taking turns repetition by repetition on the same inputs (float32 on CPU, bf16 on CUDA):
 - `trl`: TRL's chunked kernel once at T (what GRPO pays: log-probs and the sampling entropy);
 - `two-pass`: TRL's kernel at T, then again at 1 (GTPO's head before issue 29);
-- `one-pass`: `gtpo.trainer.lm_head.token_scores` (both temperatures folded from each tile).
+- `one-pass`: `gtpo.forward.lm_head.token_scores` (both temperatures folded from each tile).
 Each arm is timed forward alone and forward + backward (gradient of Σ log p + Σ H₁, the entropy term of
 `entropy_term="differentiable"`; with the default `entropy_term`, only Σ log p carries a gradient). The
 median over repetitions is printed, with each arm's ratio to `trl`.
@@ -44,8 +44,8 @@ def main(argv=None) -> None:
     import torch
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
+    from gtpo.forward import lm_head
     from gtpo.models import cpu_computes_bf16
-    from gtpo.trainer import lm_head
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=1024)

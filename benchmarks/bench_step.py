@@ -13,7 +13,7 @@ GTPO's temperature-1 entropy, `benchmarks/bench_head.py` (docs/performance.md ha
 
 At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
 which costs a second pass of the LM head (not of the model) over the same hidden states
-(`gtpo.trainer.untempered`); at temperature 1 that pass is skipped.
+(`gtpo.forward.untempered`); at temperature 1 that pass is skipped.
 
 Both algorithms run with the same settings and seed: GTPO with its defaults (`GTPOConfig()`), GRPO as
 TRL's `GRPOTrainer` with `loss_type="grpo"`, `beta=0` (the paper's GRPO; no reference model). Each

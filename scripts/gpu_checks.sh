@@ -79,7 +79,7 @@ for name in ("triton", "transformers", "trl", "peft", "accelerate", "datasets", 
 subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False)
 EOF
 want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
-    tests/core/test_core.py tests/core/test_core_loss.py tests/trainer/test_lm_head.py \
+    tests/core/test_core.py tests/core/test_core_loss.py tests/forward/test_lm_head.py \
     tests/trainer/test_shared_prefix.py tests/test_graph_decode.py
 want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
 want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable

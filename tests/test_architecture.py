@@ -27,6 +27,7 @@ FLOORS = {
     "grading": 1,
     "tasks": 2,
     "runs": 2,
+    "forward": 2,  # the policy's forward over completions: core's math and TRL's fused head, no trainer
     "trainer": 3,
     "eval": 3,
     "compare": 3,
@@ -199,6 +200,7 @@ def test_every_layer_is_a_package_with_a_docstring():
     assert {p.name for p in packages} == {
         "core",
         "decoding",
+        "forward",
         "grading",
         "tasks",
         "trainer",

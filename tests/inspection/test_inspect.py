@@ -220,8 +220,8 @@ def test_completion_entropy_goes_through_the_training_head_and_equals_the_plain_
     from transformers import AutoModelForCausalLM
 
     from gtpo import core
+    from gtpo.forward import lm_head
     from gtpo.inspection.group import completion_entropy
-    from gtpo.trainer import lm_head
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     prompt = torch.tensor([5, 9, 17, 33])

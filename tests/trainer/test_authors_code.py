@@ -61,7 +61,7 @@ def test_max_conflict_count_divides_by_the_longer_span_not_the_union():
 def test_clamped_entropy_of_the_lm_head_is_the_brute_force_sum():
     """lm_head.clamped_entropy (two passes over vocabulary tiles) against −Σ p ln max(p, 1e-6) on full float64 logits,
     over a vocabulary of several tiles (the clamped sum is below the exact H wherever tokens fall under the floor)."""
-    from gtpo.trainer import lm_head
+    from gtpo.forward import lm_head
 
     torch.manual_seed(0)
     hidden, weight = torch.randn(5, 16), torch.randn(300, 16) * 3

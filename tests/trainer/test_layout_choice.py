@@ -3,7 +3,7 @@ micro-batch, from the FLOPs, the device's fixed costs (`layout_choice.LAYOUT_COS
 (`GTPO_PREFIX_LAYOUT`).
 
 Invariants: on a CPU the choice is the FLOP count's, as before this seam (both layouts exact, tested in
-test_shared_prefix.py, so only time is at stake); a device's costs move the choice the way its overhead says; the
+test_prefix_sharing.py, so only time is at stake); a device's costs move the choice the way its overhead says; the
 override wins over the costs both ways ("packed" packs where the costs would pad, "padded" never packs), reaches the
 trainer's scoring, and gives the same numbers; a bad value is refused in one line when the config is made.
 """
@@ -20,8 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
-from gtpo.trainer import layout_choice, shared_prefix  # noqa: E402
-from gtpo.trainer.layout_choice import LAYOUT_ENV, LayoutCosts, choose_layout, packed_is_cheaper  # noqa: E402
+from gtpo.forward import layout_choice  # noqa: E402
+from gtpo.forward.layout_choice import LAYOUT_ENV, LayoutCosts, choose_layout, packed_is_cheaper  # noqa: E402
+from gtpo.trainer import prefix_sharing  # noqa: E402
 from trainer_helpers import make_dataset, table_reward  # noqa: E402
 
 # Qwen2.5-1.5B's layer shapes, and issue 39's lengths: a 203-token prompt, G = 8 completions of 143-251 tokens.
@@ -134,7 +135,7 @@ def _batch(vocab, rows=8, prompt=5, width=6):
 
 def _scoring_stand_in(monkeypatch, device_costs):
     """The trainer's scoring on stand-ins: which path (packed or TRL's padded) each micro-batch took."""
-    monkeypatch.setattr(shared_prefix, "problem", lambda *a: None)
+    monkeypatch.setattr(prefix_sharing, "problem", lambda *a: None)
     if device_costs is not None:
         monkeypatch.setitem(layout_choice.LAYOUT_COSTS, "cpu", device_costs)
     taken = []
@@ -147,7 +148,7 @@ def _scoring_stand_in(monkeypatch, device_costs):
         taken.append("padded")
         return torch.zeros(ids.size(0), width), torch.zeros(ids.size(0), width), None
 
-    monkeypatch.setattr(shared_prefix, "packed_logps", packed_logps)
+    monkeypatch.setattr(prefix_sharing, "packed_logps", packed_logps)
     config = _config(**QWEN_15B)
     config._attn_implementation = "sdpa"
     trainer = SimpleNamespace(accelerator=SimpleNamespace(unwrap_model=lambda m: m))
@@ -155,7 +156,7 @@ def _scoring_stand_in(monkeypatch, device_costs):
     ids, mask = _batch(config.vocab_size)
 
     def score():
-        shared_prefix.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 6, 4, True, False, {})
+        prefix_sharing.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 6, 4, True, False, {})
         return taken
 
     return score
@@ -188,12 +189,12 @@ def test_the_override_gives_the_same_scores_in_either_layout(tmp_path, tiny_mode
     trainer = GTPOTrainer(model=tiny_model_path, reward_funcs=table_reward, args=args, train_dataset=make_dataset(8))
     ids, mask = _batch(trainer.model.config.vocab_size)
     calls = []
-    original = shared_prefix.packed_logps
-    monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: calls.append(1) or original(*a))
+    original = prefix_sharing.packed_logps
+    monkeypatch.setattr(prefix_sharing, "packed_logps", lambda *a: calls.append(1) or original(*a))
     scores = {}
     for layout in ("padded", "packed"):
         monkeypatch.setenv(LAYOUT_ENV, layout)
-        with torch.no_grad(), caplog.at_level(logging.INFO, logger=shared_prefix.__name__):
+        with torch.no_grad(), caplog.at_level(logging.INFO, logger=prefix_sharing.__name__):
             scores[layout] = trainer._get_per_token_logps_and_entropies(
                 trainer.model, ids, mask, 6, compute_entropy=True
             )

@@ -1,4 +1,5 @@
-"""The packed layout (gtpo.trainer.shared_prefix): each distinct prompt encoded once, no padding, TRL's numbers.
+"""The packed layout (gtpo.forward.packing; the trainer's hook, gtpo.trainer.prefix_sharing): each distinct prompt
+encoded once, no padding, TRL's numbers.
 
 Invariants, each against TRL's own padded path (`GRPOTrainer._get_per_token_logps_and_entropies`, or the same run
 with `use_prefix_sharing=False`) in float32:
@@ -25,7 +26,8 @@ from trl import GRPOTrainer
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 
 from gtpo import GTPOConfig, GTPOTrainer  # noqa: E402
-from gtpo.trainer import shared_prefix  # noqa: E402
+from gtpo.forward import layout_choice, packing  # noqa: E402
+from gtpo.trainer import prefix_sharing  # noqa: E402
 from trainer_helpers import FixedGeneration, make_dataset, table_reward, trainable_state  # noqa: E402
 
 K = 6  # completion width
@@ -54,7 +56,7 @@ def test_pack_lays_out_prefixes_segments_positions_and_labels_by_hand():
     # Prompt A = [11, 12, 13] (rows 0 and 2), prompt B = [pad, 21, 22] (row 1); completions of widths 2.
     ids = torch.tensor([[11, 12, 13, 31, 32], [0, 21, 22, 41, 0], [11, 12, 13, 51, 52]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
-    packed = shared_prefix.pack(ids, mask, 2)
+    packed = packing.pack(ids, mask, 2)
     # A's prefix [11 12], row 0's segment [13 31], row 2's [13 51]; B's prefix [21], row 1's segment [22].
     assert packed.input_ids.tolist() == [[11, 12, 13, 31, 13, 51, 21, 22]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 1, 2]]  # each token's column in TRL's row
@@ -74,7 +76,7 @@ def test_pack_lays_out_prefixes_segments_positions_and_labels_by_hand():
         [0, 0, 0, 0, 0, 0, 1, 0],  # B's prefix sees nothing of A
         [0, 0, 0, 0, 0, 0, 1, 1],
     ]
-    additive = shared_prefix.pack(ids, mask, 2, mask_dtype=torch.float32).attention_mask
+    additive = packing.pack(ids, mask, 2, mask_dtype=torch.float32).attention_mask
     assert torch.equal(additive == 0, packed.attention_mask)  # eager attention's additive form of the same mask
 
 
@@ -144,8 +146,8 @@ def test_pack_equals_the_row_by_row_layout_on_random_batches(seed):
         n = int(torch.randint(0, width + 1, (1,), generator=generator))
         ids[row, prompt_width : prompt_width + n] = torch.randint(3, 50, (n,), generator=generator)
         mask[row, prompt_width : prompt_width + n] = 1
-    assert shared_prefix.layout_problem(mask, width) is None
-    packed = shared_prefix.pack(ids, mask, width)
+    assert packing.layout_problem(mask, width) is None
+    packed = packing.pack(ids, mask, width)
     expected = _pack_one_row_at_a_time(ids, mask, width)
     for name, value in expected.items():
         got = getattr(packed, name)
@@ -175,16 +177,16 @@ def test_pack_dispatches_as_many_operators_for_16_rows_as_for_2():
         mask[::2, -1] = 0  # completions of two lengths
         Count.calls = 0
         with Count():
-            shared_prefix.pack(ids, mask, width)
+            packing.pack(ids, mask, width)
         return Count.calls
 
     assert calls(16) == calls(2)
 
 
 def test_layout_problem_names_what_packing_cannot_represent():
-    assert shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]), 2) is None
-    assert "hole" in shared_prefix.layout_problem(torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]), 2)
-    assert "left-padded" in shared_prefix.layout_problem(torch.tensor([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]]), 2)
+    assert packing.layout_problem(torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]), 2) is None
+    assert "hole" in packing.layout_problem(torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]), 2)
+    assert "left-padded" in packing.layout_problem(torch.tensor([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]]), 2)
 
 
 def _trainer(tmp_path, tiny_model_path, **overrides):
@@ -225,7 +227,7 @@ def _check_packed_equals_trl_padded(tmp_path, tiny_model_path, peft, use_cpu):
     model = trainer.model
     assert model.device.type == ("cpu" if use_cpu else "cuda")
     ids, mask = (x.to(model.device) for x in _batch(model.config.vocab_size))
-    packed = shared_prefix.pack(ids, mask, K)
+    packed = packing.pack(ids, mask, K)
     assert packed.prompts == 3 and packed.input_ids.size(1) == 6 + 3 + 4 + 27  # prefixes + completion tokens
 
     logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, K, compute_entropy=True)
@@ -256,7 +258,7 @@ def test_eager_attention_packs_with_an_additive_mask(tmp_path, tiny_model_path, 
                       per_device_train_batch_size=8, max_completion_length=K)  # fmt: skip
     trainer = GTPOTrainer(model=model, reward_funcs=table_reward, args=args, train_dataset=make_dataset(8))
     ids, mask = _batch(model.config.vocab_size, seed=2)
-    with caplog.at_level(logging.INFO, logger="gtpo.trainer.shared_prefix"):
+    with caplog.at_level(logging.INFO, logger="gtpo.trainer.prefix_sharing"):
         logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, K)
     assert "prefix sharing: 8 rows (3 distinct prompts) packed into 40 positions" in caplog.text
     torch.testing.assert_close(logps, _trl(trainer, trainer.model, ids, mask)[0], atol=1e-5, rtol=1e-5)
@@ -282,7 +284,7 @@ def test_falls_back_to_trl_and_says_why_once(tmp_path, tiny_model_path, caplog, 
         mask[0, PROMPT + 2] = 0
     calls = []
     monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", lambda *a, **k: calls.append(1))
-    with caplog.at_level(logging.INFO, logger="gtpo.trainer.shared_prefix"):
+    with caplog.at_level(logging.INFO, logger="gtpo.trainer.prefix_sharing"):
         for _ in range(2):
             trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, K)
     assert len(calls) == 2  # TRL's path, each time
@@ -311,8 +313,8 @@ SGD = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, lr_scheduler_type=
 )
 def test_training_update_equals_the_padded_layout(tmp_path, tiny_model_path, overrides, monkeypatch):
     packed_calls = []
-    original = shared_prefix.packed_logps
-    monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
+    original = prefix_sharing.packed_logps
+    monkeypatch.setattr(prefix_sharing, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
     updates = []
     for sharing in (True, False):
         packed_calls.clear()
@@ -364,10 +366,10 @@ def test_masked_completions_give_trl_padded_scores_loss_and_gradients(
     per-token log-probs and entropies (within 1e-5) and, through `_compute_loss` (dapo, off-policy so the ratio
     moves), the loss of the same call with `use_prefix_sharing=False` (within 1e-5) and its parameter gradients
     (‖Δg‖/‖g‖ ≤ 1e-4 per tensor, so exactly zero where TRL's are, and on the same parameters)."""
-    monkeypatch.setenv(shared_prefix.LAYOUT_ENV, "packed")  # the user's override: pack whatever the costs say
+    monkeypatch.setenv(layout_choice.LAYOUT_ENV, "packed")  # the user's override: pack whatever the costs say
     packed_calls = []
-    original = shared_prefix.packed_logps
-    monkeypatch.setattr(shared_prefix, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
+    original = prefix_sharing.packed_logps
+    monkeypatch.setattr(prefix_sharing, "packed_logps", lambda *a: packed_calls.append(1) or original(*a))
     trainer = _trainer(
         tmp_path, tiny_model_path, algorithm=algorithm, loss_type="dapo", mask_truncated_completions=True,
         initial_entropy=1.0,
@@ -486,11 +488,11 @@ def test_layout_rule_picks_the_layout_that_was_faster_on_the_gpu(log, width):
     packed_length = prompt - 1 + sum(lengths)  # each prompt once (less its last token), each completion token once
     config = _qwen_config(**width)
     faster_packed = times["gtpo"] < times["gtpo-padded"]
-    assert shared_prefix.packed_is_cheaper(config, 8, padded_length, packed_length, "cuda") == faster_packed
-    assert shared_prefix.packed_is_cheaper(config, 8, padded_length, packed_length, "cpu")
+    assert layout_choice.packed_is_cheaper(config, 8, padded_length, packed_length, "cuda") == faster_packed
+    assert layout_choice.packed_is_cheaper(config, 8, padded_length, packed_length, "cpu")
     if log == "step-t07.log":
         measured = (times["gtpo"] - times["gtpo-padded"]) / 1e3
-        assert shared_prefix.LAYOUT_COSTS["cuda"].overhead_s == pytest.approx(measured, abs=1e-4)
+        assert layout_choice.LAYOUT_COSTS["cuda"].overhead_s == pytest.approx(measured, abs=1e-4)
 
 
 def test_layout_rule_packs_qwen3b_and_long_completions_on_cuda():
@@ -498,8 +500,8 @@ def test_layout_rule_packs_qwen3b_and_long_completions_on_cuda():
     saves far more than its overhead; and a group of identical lengths saves nothing, so stays padded."""
     lengths = [256 + 32 * i for i in range(8)]
     config = _qwen_config(**QWEN_3B)
-    assert shared_prefix.packed_is_cheaper(config, 8, 203 + 512, 202 + sum(lengths), "cuda")
-    assert not shared_prefix.packed_is_cheaper(config, 8, 203 + 256, 8 * (203 + 256), "cuda")
+    assert layout_choice.packed_is_cheaper(config, 8, 203 + 512, 202 + sum(lengths), "cuda")
+    assert not layout_choice.packed_is_cheaper(config, 8, 203 + 256, 8 * (203 + 256), "cuda")
 
 
 def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(monkeypatch):
@@ -508,10 +510,10 @@ def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(mo
     scores the batch. Simulated on the CPU by giving "cpu" the GPU's overhead."""
     from types import SimpleNamespace
 
-    monkeypatch.setitem(shared_prefix.LAYOUT_COSTS, "cpu", shared_prefix.LAYOUT_COSTS["cuda"])
+    monkeypatch.setitem(layout_choice.LAYOUT_COSTS, "cpu", layout_choice.LAYOUT_COSTS["cuda"])
     for name in ("layout_problem", "pack"):
-        monkeypatch.setattr(shared_prefix, name, lambda *a, **k: pytest.fail("ran before the shape-only decision"))
-    monkeypatch.setattr(shared_prefix, "problem", lambda *a: None)
+        monkeypatch.setattr(prefix_sharing, name, lambda *a, **k: pytest.fail("ran before the shape-only decision"))
+    monkeypatch.setattr(prefix_sharing, "problem", lambda *a: None)
     config = _qwen_config(**PAPER_VOCAB)
     trainer = SimpleNamespace(accelerator=SimpleNamespace(unwrap_model=lambda m: m))
     model = SimpleNamespace(config=config)
@@ -522,7 +524,7 @@ def test_a_batch_that_cannot_pay_for_packing_skips_the_layout_checks_and_pack(mo
         return "padded"
 
     ids, mask = torch.zeros(8, 454, dtype=torch.long), torch.ones(8, 454, dtype=torch.long)
-    result = shared_prefix.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 251, None, True, False, {})
+    result = prefix_sharing.per_token_logps_and_entropies(trainer, padded, model, ids, mask, 251, None, True, False, {})
     assert result == "padded" and calls == [(8, 454)]
 
 
@@ -531,7 +533,7 @@ def test_packed_sampling_entropies_land_where_trl_padded_ones_do(tmp_path, tiny_
     rows it projects; the packed layout projects only its scored positions and lays them back out in TRL's (B, L-1)
     layout (by host-planned indices, no sync). Each completion token's value must be the one TRL's padded layout gives
     that token: a permutation among the scored positions would keep every mean and move every token."""
-    from gtpo.trainer import untempered
+    from gtpo.forward import untempered
 
     trainer = GTPOTrainer(
         model=tiny_model_path, reward_funcs=table_reward, train_dataset=make_dataset(8),

@@ -273,7 +273,7 @@ def test_trl_version_and_hook_signatures_are_pinned():
     assert "advantages = advantages[process_slice]" in source
     assert '"completion_mask": completion_mask,' in source and '"advantages": advantages,' in source
     assert "shuffle_sequence_dict(generation_batch)" in inspect.getsource(GRPOTrainer._prepare_inputs)
-    # The fused LM head's kernel, wrapped for the temperature-1 entropy (gtpo.trainer.untempered), and its arguments.
+    # The fused LM head's kernel, wrapped for the temperature-1 entropy (gtpo.forward.untempered), and its arguments.
     from trl.trainer import utils as trl_utils
 
     assert hasattr(trl_utils, "_ChunkedLogProbFunction")

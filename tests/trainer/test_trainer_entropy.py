@@ -84,7 +84,7 @@ def test_differentiable_entropy_term_gets_the_untempered_entropy_gradient(tiny_m
     """entropy_term='differentiable': the gradient of Σ H flows through the temperature-1 pass of the LM head."""
     from trl.trainer.utils import add_fused_lm_head
 
-    from gtpo.trainer import untempered
+    from gtpo.forward import untempered
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))  # as GRPOTrainer patches it

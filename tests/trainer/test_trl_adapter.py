@@ -1,6 +1,7 @@
-"""TRL behind one adapter (gtpo.trainer.trl_adapter): every private TRL name gtpo relies on is checked when gtpo's
-trainer is imported, and a TRL that lacks one (or changed a hook's parameters) fails in one line naming it and the
-supported versions. Stand-in modules and classes, each missing one piece, play the TRL outside the pin."""
+"""TRL behind one adapter (gtpo.trainer.trl_adapter, with the forward's own door gtpo.forward.trl_head): every private
+TRL name gtpo relies on is checked when gtpo's trainer is imported, and a TRL that lacks one (or changed a hook's
+parameters) fails in one line naming it and the supported versions. Stand-in modules and classes, each missing one
+piece, play the TRL outside the pin."""
 
 from __future__ import annotations
 
@@ -61,16 +62,30 @@ def test_gtpo_trainer_overrides_the_hooks_with_trls_parameters():
             assert ours == theirs, hook
 
 
-def test_private_trl_modules_are_imported_only_by_the_adapter():
+def test_the_forwards_door_checks_its_names_and_the_trainers_checks_them_too():
+    """gtpo.forward.trl_head checks the LM head's TRL names when the forward is imported (so `gtpo inspect`, which
+    imports no trainer, fails in the same one line), and the trainer's adapter checks them again with its own."""
+    from gtpo.forward import trl_head
+
+    assert set(trl_head.PRIVATE_NAMES) < set(trl_adapter.PRIVATE_NAMES)
+    modules = trl_head.modules()
+    modules["trl.kernels.chunked_logprob"] = SimpleNamespace()
+    with pytest.raises(ImportError, match=r"^gtpo needs trl==1\.16\.\*: in the installed trl 9\.9\.9, trl\.kernels"):
+        trl_head.check(modules, version="9.9.9")
+
+
+def test_private_trl_modules_are_imported_only_by_the_adapters():
     """The modules holding TRL's private names (its kernels, the trainer utils, the trainer module) are imported by
-    the adapter alone; the rest of gtpo takes them from it."""
+    the two doors alone, the forward's (the head's names) and the trainer's (the trainer module); the rest of gtpo
+    takes them from these, and no module of the forward imports the trainer module."""
     import ast
     from pathlib import Path
 
     private = {"trl.kernels.chunked_logprob", "trl.kernels", "trl.trainer.grpo_trainer"}
     offenders = []
-    for path in Path(trl_adapter.__file__).parents[1].rglob("*.py"):
-        if path.name == "trl_adapter.py":
+    root = Path(trl_adapter.__file__).parents[1]
+    for path in root.rglob("*.py"):
+        if path.name == "trl_adapter.py" or path == root / "forward" / "trl_head.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
@@ -83,4 +98,6 @@ def test_private_trl_modules_are_imported_only_by_the_adapter():
             whole_utils = "trl.trainer.utils" in names and getattr(node, "module", None) != "trl.trainer.utils"
             if whole_utils or any(n in private for n in names):
                 offenders.append(f"{path.name}:{node.lineno}")
+            if path.parent.name == "forward" and any("grpo_trainer" in n or n == "trl.GRPOTrainer" for n in names):
+                offenders.append(f"forward/{path.name}:{node.lineno}")
     assert offenders == []

@@ -35,7 +35,7 @@ def token_entropy(logits: Tensor, *, chunk_rows: int | None = None) -> Tensor:
 
     Untempered logits give the paper's H (the trainer's default); tempered ones the sampling distribution's.
     A thin wrapper over `fold_logits`, the same per-tile statistics the trainer's single-pass LM head
-    (`gtpo.trainer.lm_head.token_scores`) folds, so both compute H the same way. Float32 math over chunks of
+    (`gtpo.forward.lm_head.token_scores`) folds, so both compute H the same way. Float32 math over chunks of
     ``chunk_rows`` rows (default ≈2**26 logits, 256 MiB per temporary); -inf logits give 0. Differentiable: use
     ``torch.no_grad()`` unless a gradient is needed.
 

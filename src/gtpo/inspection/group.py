@@ -235,12 +235,12 @@ def completion_entropy(model, prompt: Tensor, completion: Tensor, mask: Tensor) 
     at temperature 1 (Sec. 4.2: untempered logits, whatever the sampling temperature).
 
     Computed as training computes it: the backbone's hidden states through TRL's fused LM head with GTPO's
-    single-pass head in place (`gtpo.trainer.untempered`, `gtpo.trainer.lm_head.token_scores`), so a change to
+    single-pass head in place (`gtpo.forward.untempered`, `gtpo.forward.lm_head.token_scores`), so a change to
     that function changes `gtpo inspect` too. No (T, V) logits are materialised.
     """
     from trl.trainer.utils import add_fused_lm_head
 
-    from gtpo.trainer import untempered
+    from gtpo.forward import untempered
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not getattr(base, "_gtpo_fused_lm_head", False):

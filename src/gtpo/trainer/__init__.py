@@ -1,5 +1,6 @@
-"""The trainer: GTPOConfig and GTPOTrainer on TRL's GRPOTrainer, ⟨H⟩_ini, the temperature-1 entropy, the collapse
-callback, policy training and the SFT baseline.
+"""The trainer: GTPOConfig and GTPOTrainer on TRL's GRPOTrainer, ⟨H⟩_ini, the collapse callback, policy training and
+the SFT baseline; the forward its hooks score with (the fused head, the temperature-1 entropy, the packed layout) is
+`gtpo.forward`'s.
 
 Names load lazily (TRL is heavy). `read_recipe` lives with its reader, the command line (`gtpo.cli.recipe`); its
 public name here is kept for code that imported it from the trainer (loaded lazily, so the trainer imports no cli).

@@ -317,7 +317,7 @@ class GTPOConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "Score each micro-batch with each distinct prompt encoded once and no padding (the packed "
-            "layout of Prefix Grouper, arXiv 2506.05433; gtpo.trainer.shared_prefix): same log-probs, entropies "
+            "layout of Prefix Grouper, arXiv 2506.05433; gtpo.forward.packing): same log-probs, entropies "
             "and gradients as TRL's padded layout, in fewer FLOPs. Applies to both algorithms. It falls back to "
             "TRL's layout, with one log line, where it cannot apply (attention other than sdpa/eager, sliding "
             "windows, vision inputs, MoE aux loss, FSDP/DeepSpeed) or would cost more. False: TRL's layout always."

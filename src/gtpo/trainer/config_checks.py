@@ -120,7 +120,7 @@ def check_conflict_exclude_common_prefix(config) -> None:
 def _check_layout_override() -> None:
     """The packed-or-padded choice a user may set in the environment (`layout_choice.LAYOUT_ENV`), refused in one
     line when the config is made rather than at the first scored batch."""
-    from gtpo.trainer.layout_choice import layout_override
+    from gtpo.forward.layout_choice import layout_override
 
     layout_override()
 

@@ -5,7 +5,7 @@ generation entry point (`GRPOTrainer._generate`: a `rollout_func`, vLLM, paged/c
 transformers generation, with the training sampling settings), drops truncated completions when
 `mask_truncated_completions` is set (as TRL does for the loss), scores them with the same fused forward
 the loss uses (so ⟨H⟩_ini and the per-completion ⟨H⟩_i are the same quantity: temperature-1 entropy by
-default, see `gtpo.trainer.untempered`), and averages ⟨H⟩_i over the completions. The model is in eval mode for
+default, see `gtpo.forward.untempered`), and averages ⟨H⟩_i over the completions. The model is in eval mode for
 the measurement (no dropout: ⟨H⟩_ini is a property of the initial policy, not of a dropout draw) and back
 in its previous mode after. Generation runs with one completion per prompt (`num_generations` is 1 for
 the call) and the generation metrics it logs are discarded. Prompts are spread over ranks; each rank runs
@@ -29,7 +29,7 @@ import os
 import torch
 
 from gtpo import core
-from gtpo.trainer import untempered
+from gtpo.forward import untempered
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from gtpo import core
-from gtpo.trainer import generation, launch_checks, loss_options, shared_prefix, untempered, vllm_cpu
+from gtpo.forward import untempered
+from gtpo.trainer import generation, launch_checks, loss_options, prefix_sharing, vllm_cpu
 from gtpo.trainer import initial_entropy as entropy_init
 from gtpo.trainer.completion_record import CompletionRecorder
 from gtpo.trainer.config import GTPOConfig
@@ -262,8 +263,8 @@ class GTPOTrainer(GRPOTrainer):
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
         compute_aux_loss=False, **extra,
     ):  # fmt: skip
-        # Each distinct prompt encoded once, no padding (gtpo.trainer.shared_prefix), for both algorithms.
-        result = shared_prefix.per_token_logps_and_entropies(
+        # Each distinct prompt encoded once, no padding (gtpo.trainer.prefix_sharing), for both algorithms.
+        result = prefix_sharing.per_token_logps_and_entropies(
             self, super()._get_per_token_logps_and_entropies, model, input_ids, attention_mask, logits_to_keep,
             batch_size, compute_entropy, compute_aux_loss, extra,
         )  # fmt: skip
@@ -290,9 +291,9 @@ class GTPOTrainer(GRPOTrainer):
                 "use algorithm='grpo' for tool-calling runs"
             )
 
-        # The one forward pass TRL runs too (each prompt encoded once: gtpo.trainer.shared_prefix). Entropies come
+        # The one forward pass TRL runs too (each prompt encoded once: gtpo.forward.packing). Entropies come
         # from the same LM-head tiles: at temperature 1 (entropy_temperature="model", Sec. 4.2) through the
-        # single-pass head (gtpo.trainer.lm_head), else TRL's.
+        # single-pass head (gtpo.forward.lm_head), else TRL's.
         differentiable = args.entropy_term == "differentiable" and args.entropy_gamma != 0
         scored = untempered.scored_positions(attention_mask, completion_ids.size(1))  # (B, L-1)
         at_one = args.logprob_temperature == "model"  # authors_code: the loss's log-probs at temperature 1

@@ -1,11 +1,11 @@
-"""The single-pass LM head (gtpo.trainer.lm_head.token_scores) against the two-pass result it replaces.
+"""The single-pass LM head (gtpo.forward.lm_head.token_scores) against the two-pass result it replaces.
 
 Invariant: folding one logit tile at two temperatures gives the same log-probs (temperature T), entropies
 (temperature 1 and T) and gradients as running TRL's chunked kernel twice, once per temperature, within 1e-5
 (forward) and 1e-5 relative (gradients). Checked on the torch fold (CPU, full layout) and on the Triton branch
 with TRL's Triton kernels replaced by TRL's own torch tile functions (CPU: this checks our statistics and gradient
 bookkeeping on that branch, not the kernels themselves); on a CUDA device the gpu-marked tests run the branch with
-its real Triton kernels (gtpo.trainer.head_kernels), against TRL's kernel run twice and a float64 brute force (seen
+its real Triton kernels (gtpo.forward.head_kernels), against TRL's kernel run twice and a float64 brute force (seen
 passing on an H200: docs/measurements/gpu-h200-20261126).
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 from trl.kernels import chunked_logprob as trl_kernel
 
-from gtpo.trainer import lm_head
+from gtpo.forward import lm_head
 
 OUTPUTS = ("log_probs", "entropy")
 
@@ -117,7 +117,7 @@ def test_triton_branch_with_the_kernels_mocked_equals_two_passes(monkeypatch, te
     """The Triton branch's bookkeeping (statistics, arguments, the gradient's assembly) with our two kernels replaced
     by what they claim to compute, written with TRL's own torch tile functions: one fold launch and one backward
     launch per tile. The kernels themselves run only on a CUDA device (the gpu-marked test below)."""
-    from gtpo.trainer import head_kernels
+    from gtpo.forward import head_kernels
 
     forward, backward = _Launcher(_fused_fold_in_torch), _Launcher(_fused_backward_in_torch)
     monkeypatch.setattr(lm_head.trl_kernel, "_use_triton", lambda device: True)
@@ -161,7 +161,7 @@ def test_untempered_kernel_makes_one_projection_per_tile(monkeypatch):
     projects each (token chunk, vocabulary chunk) tile once (TRL's kernel is not called at all at T != 1)."""
     import trl.trainer.utils as trl_utils
 
-    from gtpo.trainer import untempered
+    from gtpo.forward import untempered
 
     products = []
     real_mm = torch.mm

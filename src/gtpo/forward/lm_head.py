@@ -17,7 +17,7 @@ s₁ = Σ e^{z−m}, x₁ = Σ z·e^{z−m}, s_T = Σ e^{(z−m)/T}, x_T = Σ z�
 Backward (recomputing each tile, as TRL's does): ∂ log p_T(y)/∂z_j = (1[j=y] − p_T,j)/T and
 ∂H₁/∂z_j = −p₁,j (log p₁,j + H₁), then through soft-capping and the logit scale.
 
-On CUDA/XPU with Triton, `gtpo.trainer.head_kernels` folds both temperatures from one read of each tile, with
+On CUDA/XPU with Triton, `gtpo.forward.head_kernels` folds both temperatures from one read of each tile, with
 TRL's arithmetic, and writes both gradient terms in one pass (running TRL's kernels once per temperature read each
 tile twice: 1.25-1.3x TRL's forward on an H200, docs/performance.md). Elsewhere `gtpo.core.fold_logits`
 computes both temperatures' statistics from one logit tile, sharing its max and its shift; it is also what
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from gtpo import core
-from gtpo.trainer import head_kernels
-from gtpo.trainer.trl_adapter import trl_kernel, trl_utils
+from gtpo.forward import head_kernels
+from gtpo.forward.trl_head import trl_kernel, trl_utils
 
 # TRL's tile sizes, read from TRL so that both heads tile alike: vocabulary columns per tile on the torch path
 # (trl/trainer/utils.py), token rows per tile in the Triton kernels (trl/kernels/chunked_logprob.py).

@@ -1,4 +1,4 @@
-"""Triton kernels of the one-pass LM head (:mod:`gtpo.trainer.lm_head`) on CUDA/XPU: each logit tile read once.
+"""Triton kernels of the one-pass LM head (:mod:`gtpo.forward.lm_head`) on CUDA/XPU: each logit tile read once.
 
 TRL's chunked kernel (trl/kernels/chunked_logprob.py) folds a tile at one temperature; running it once per
 temperature reads every tile twice in the forward and, with ``entropy_term="differentiable"``, runs its backward
@@ -17,7 +17,7 @@ Without Triton these names exist but are plain functions that are never called (
 
 from __future__ import annotations
 
-from gtpo.trainer.trl_adapter import trl_kernel
+from gtpo.forward.trl_head import trl_kernel
 
 # triton.language as TRL imports it where Triton is installed (it ships with CUDA torch, not with the CPU wheel, so
 # gtpo does not import it itself); None elsewhere, where nothing below is compiled or called.

@@ -1,4 +1,4 @@
-"""Which layout scores a micro-batch, TRL's padded one or the packed one of `gtpo.trainer.shared_prefix`.
+"""Which layout scores a micro-batch, TRL's padded one or the packed one of `gtpo.forward.packing`.
 
 Both give the same numbers (tested); they differ in time only. The packed layout needs fewer FLOPs where a group's
 prompt is long or its completions' lengths differ, but a dense mask costs N² attention pairs and, on a GPU, its

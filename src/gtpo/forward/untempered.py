@@ -6,7 +6,7 @@ its softmax, so its entropies are those of the *tempered* distribution. The pape
 model's own next-token distribution (Sec. 4.2), and the authors' code computes it from untempered logits.
 
 `untempered_entropy(...)` is a context manager that, for the calls made inside it, replaces that kernel with
-:func:`gtpo.trainer.lm_head.token_scores`, which folds each logit tile at both temperatures: the log-probs
+:func:`gtpo.forward.lm_head.token_scores`, which folds each logit tile at both temperatures: the log-probs
 (and so the importance ratios) stay those of the tempered distribution, and the entropy output is the
 temperature-1 one, from the same projection (one pass of the LM head, not two). It carries a gradient only
 when the entropy must (`entropy_term="differentiable"`). The tempered entropies are kept on the side
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gtpo.trainer import lm_head, trl_adapter
+from gtpo.forward import lm_head, trl_head
 
-KERNEL_NAME = trl_adapter.KERNEL_NAME  # where TRL's fused forward finds its kernel (the patch's place)
+KERNEL_NAME = trl_head.KERNEL_NAME  # where TRL's fused forward finds its kernel (the patch's place)
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Capture:
 
 
 class EntropyPolicy:
-    """What `trl_adapter.HeadPatch` asks of the head for GTPO: the temperature-1 entropy (and, for `authors_code`,
+    """What `trl_head.HeadPatch` asks of the head for GTPO: the temperature-1 entropy (and, for `authors_code`,
     log-probs at temperature 1 and a clamped entropy), from one projection per tile (`lm_head.token_scores`)."""
 
     def __init__(
@@ -89,13 +89,13 @@ def untempered_entropy(
     ``scored``: optional (B, L-1) bool, the positions TRL scores (`scored_positions`), so that the head
     skips the others where TRL's kernel runs over every position. ``logprobs_at_one`` and ``entropy_clamp``:
     `GTPOConfig.logprob_temperature="model"` and `entropy_clamp` (the authors' code's arithmetic). The one patch of
-    TRL's kernel is `trl_adapter.HeadPatch`, which the packed layout configures too.
+    TRL's kernel is `trl_head.HeadPatch`, which the packed layout configures too.
     """
     capture = Capture()
     if not enabled:
         yield capture
         return
-    with trl_adapter.fused_head() as head:
+    with trl_head.fused_head() as head:
         saved = head.entropy, head.scored
         head.entropy = EntropyPolicy(capture, differentiable, logprobs_at_one, entropy_clamp)
         head.scored = None if scored is None else scored.reshape(-1)  # (B * (L-1),) positions with a label
