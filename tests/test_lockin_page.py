@@ -138,13 +138,14 @@ def test_the_warning_table_and_the_push_ranges_are_the_committed_runs():
     assert f"over steps 6–10,\n{span(LOW, 6, 10)} and {span(others_names, 6, 10)}" in PAGE
 
 
-def test_g_s_run_repeated_on_another_cpu():
+@pytest.mark.parametrize("again", ["smollm2-two-step-g-repro", "smollm2-two-step-h-screen-control"])
+def test_g_s_run_repeated_on_another_cpu_and_at_the_screen_s_code(again):
     def steps(run):
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         return {r["step"]: r for r in rows if "loss" in r}
 
     ours = G / "runs" / "gtpo" / "seed417"
-    again = ROOT / "studies" / "smollm2-two-step-g-repro" / "runs" / "gtpo" / "seed417"
+    again = ROOT / "studies" / again / "runs" / "gtpo" / "seed417"
     a, b = steps(ours), steps(again)
     assert sorted(a) == sorted(b) == list(range(1, 41))
     for key in ("reward", "completions/mean_length"):
@@ -153,4 +154,19 @@ def test_g_s_run_repeated_on_another_cpu():
     results = [json.loads((run / "eval" / "two-step" / "results.json").read_text()) for run in (ours, again)]
     assert results[0]["pass@k"] == results[1]["pass@k"] and results[0]["maj@k"] == results[1]["maj@k"]
     assert json.loads((again / "run.json").read_text())["machine"]["cpu"] == "AMD EPYC"
-    assert "loss within 2.4·10⁻⁷" in PAGE
+    assert "loss within 2.4·10⁻⁷" in PAGE and "commit (1e048b5," in PAGE
+    assert (ROOT / "studies" / "smollm2-two-step-h-screen-control" / "code-commit").read_text().startswith("1e048b5")
+
+
+def test_the_fresh_make_train_replayed():
+    from gtpo.trainer.callbacks import ProgressMonitor
+
+    run = ROOT / "docs" / "measurements" / "make-train-20261128-epyc"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = {r["step"]: r for r in rows if "loss" in r}
+    monitor = ProgressMonitor()
+    for step in sorted(rows):
+        monitor.update(rows[step], step)
+    assert monitor.fired_step == {"no_progress": None, "signal_loss": 39}
+    assert sum(rows[s]["frac_reward_zero_std"] for s in range(31, 41)) == 9
+    assert "no no-progress warning; the signal-loss line at step 39,\nwith 9 of its last 10 groups all-equal" in PAGE

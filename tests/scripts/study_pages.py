@@ -9,7 +9,21 @@ ROOT = Path(__file__).resolve().parents[2]
 INDEX = ROOT / "docs" / "study-gtpo-vs-grpo.md"
 PAGES = ROOT / "docs" / "studies"
 # the pages in the order the one document held them
-ORDER = ("method", "a", "b", "c", "d", "e", "mechanism", "stall-guard", "f", "two-step-pilot", "g", "lockin", "partial-study")
+ORDER = (
+    "method",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "mechanism",
+    "stall-guard",
+    "f",
+    "two-step-pilot",
+    "g",
+    "lockin",
+    "partial-study",
+)
 
 
 def page(name: str) -> str:
