@@ -26,6 +26,16 @@ def _pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+def _random_groups(rng: random.Random, groups: int, g: int):
+    """Rows of 1-7 tokens from a 3-token vocabulary (so tokens are often shared), advantages of both signs and 0;
+    returns (rows, advantages, ids, mask, A, forward, backward)."""
+    rows = [[rng.randrange(3) for _ in range(rng.randint(1, 7))] for _ in range(groups * g)]
+    adv = [rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0]) for _ in rows]
+    ids, mask = _pad(rows)
+    a = torch.tensor(adv)
+    return (rows, adv, ids, mask, a, *core.conflict_spans(ids, mask, a, g))
+
+
 def _brute_force_common_prefix(rows, adv, g, forward) -> list[set[int]]:
     """The definition, one position at a time: p is marked when a positive and a negative row hold rows[i][:p+1]."""
     out = []
@@ -47,11 +57,7 @@ def test_common_prefix_matches_the_definition_on_random_groups(g):
     rng = random.Random(g)
     n_common = n_position_only = 0
     for _ in range(40):
-        rows = [[rng.randrange(3) for _ in range(rng.randint(1, 7))] for _ in range(3 * g)]
-        adv = [rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0]) for _ in rows]
-        ids, mask = _pad(rows)
-        a = torch.tensor(adv)
-        fw, _ = core.conflict_spans(ids, mask, a, g)
+        rows, adv, ids, mask, a, fw, _ = _random_groups(rng, 3, g)
         common = core.common_prefix_conflicts(ids, mask, a, g, fw)
         expected = _brute_force_common_prefix(rows, adv, g, fw)
         for i in range(len(rows)):
@@ -132,11 +138,7 @@ def test_push_against_group_matches_its_definition_on_random_groups(g):
     rng = random.Random(100 + g)
     seen_against = seen_zero = 0
     for _ in range(30):
-        rows = [[rng.randrange(3) for _ in range(rng.randint(1, 7))] for _ in range(2 * g)]
-        adv = [rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0]) for _ in rows]
-        ids, mask = _pad(rows)
-        a = torch.tensor(adv)
-        fw, bw = core.conflict_spans(ids, mask, a, g)
+        rows, adv, ids, mask, a, fw, bw = _random_groups(rng, 2, g)
         for lam in (core.conflict_weights(fw, bw, a, group_size=g), torch.ones(ids.shape)):
             value = float(core.push_against_group(ids, mask, a, g, fw, bw, lam))
             assert value == pytest.approx(_brute_force_push_against_group(rows, adv, g, fw, bw, lam), abs=1e-6)

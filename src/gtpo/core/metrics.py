@@ -12,8 +12,8 @@ import functools
 import torch
 from torch import Tensor
 
-from gtpo.core.advantages import ZERO_ADVANTAGE_RTOL, _signs
-from gtpo.core.spans import _net_advantage
+from gtpo.core.advantages import _signs
+from gtpo.core.spans import _net_advantage, net_advantage_tolerance
 
 __all__ = ["loss_metrics", "push_against_group"]
 
@@ -145,8 +145,7 @@ def push_against_group(
     valid = completion_mask.bool()  # (N, T)
     signs = _signs(advantages, group_size)  # (N,)
     a = torch.where(signs != 0, advantages.detach().float(), 0.0)  # (N,)
-    scale = a.view(-1, group_size).abs().amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1)
-    tol = (group_size * ZERO_ADVANTAGE_RTOL * scale).repeat_interleave(group_size, dim=0)  # (N, 1)
+    tol = net_advantage_tolerance(a, group_size)  # (N, 1) the stall guard's
     lengths = valid.sum(dim=-1, keepdim=True)  # (N, 1)
     against = pushed = torch.zeros((), dtype=torch.float32, device=completion_ids.device)
     for span, from_end in ((forward, False), (backward, True)):

@@ -251,8 +251,7 @@ def contested_tokens(
     n, t = completion_ids.shape
     signs = _signs(advantages, group_size)  # (N,) zero up to rounding -> 0, the one sign rule
     a = torch.where(signs != 0, advantages.detach().float(), 0.0)  # (N,)
-    scale = a.view(-1, group_size).abs().amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1)
-    tol = (group_size * ZERO_ADVANTAGE_RTOL * scale).repeat_interleave(group_size, dim=0)  # (N, 1)
+    tol = net_advantage_tolerance(a, group_size)  # (N, 1)
     lengths = valid.sum(dim=-1, keepdim=True)  # (N, 1) |o_i|
     contested = torch.zeros(n, t, dtype=torch.bool, device=completion_ids.device)  # (N, T)
     width = int(forward.sum(dim=-1).max()) if n else 0  # the longest forward span
@@ -271,6 +270,13 @@ def contested_tokens(
         hits = torch.zeros(n, t, dtype=torch.long, device=completion_ids.device).scatter_add_(1, at, down.long())
         contested |= backward & (hits > 0)  # (N, T)
     return contested  # (N, T)
+
+
+def net_advantage_tolerance(advantages: Tensor, group_size: int) -> Tensor:
+    """Below −tol a sum S of a group's advantages counts as negative (above tol, positive): the rounding of a sum of G
+    advantages, tol = G·ZERO_ADVANTAGE_RTOL·max(1, max_g |A_j|). advantages: (N,) -> (N, 1), one value per group."""
+    scale = advantages.view(-1, group_size).abs().amax(dim=-1, keepdim=True).clamp(min=1.0)  # (n_groups, 1)
+    return (group_size * ZERO_ADVANTAGE_RTOL * scale).repeat_interleave(group_size, dim=0)  # (N, 1)
 
 
 def _net_advantage(aligned: Tensor, present: Tensor, advantages: Tensor, group_size: int) -> Tensor:
