@@ -108,6 +108,7 @@ def test_the_dated_list_has_one_heading_per_place_and_date():
         ("2026-11-27", "the same machine, in `.venv-vllm`"),
         ("2026-11-28", "one NVIDIA H100 80GB HBM3"),
         ("2026-11-28", "this project's 2-core CPU machine"),
+        ("2026-11-28", "the same machine, in `.venv-vllm`"),
     ]
     lock = (ROOT / "requirements" / "lock-cpu.txt").read_text()
     for package, version in (("torch", "2.13.0+cpu"), ("accelerate", "1.15.0"), ("trl", "1.16.0")):
@@ -147,3 +148,20 @@ def test_no_unlogged_probe_figures():
     for text in (PYTHON_API, RECIPES, comment):
         assert not re.search(r"measured 0\.0\d", text)
     assert "the test prints both gaps, and no run's figures are committed" in PYTHON_API
+
+
+def test_what_the_docs_say_the_vllm_test_checks_is_in_the_test():
+    """docs/python-api.md and docs/recipes.md say the vLLM test compares the engine's weights with the trainer's after
+    every sync, runs two syncs that skip one parameter (the tied embedding, one k projection) which the check must
+    catch, has a δ run with entropy_filter "always" at threshold 2.5, and controls the IS ratios: the worker and the
+    test do these things with these settings."""
+    worker = (ROOT / "tests" / "scripts" / "vllm_training_worker.py").read_text()
+    test = (ROOT / "tests" / "trainer" / "test_vllm_training.py").read_text()
+    assert 'SKIPPED = ("model.embed_tokens.weight", "model.layers.7.self_attn.k_proj.weight")' in worker
+    assert "DELTA_THRESHOLD = 2.5" in worker and 'entropy_filter="always", entropy_threshold=DELTA_THRESHOLD' in worker
+    assert "def test_a_sync_that_skips_one_parameter_fails_the_weight_check" in test
+    assert "def test_after_every_sync_the_engine_holds_the_trainers_weights_at_its_precision" in test
+    assert 'assert unmasked, "every ratio is masked"' in test and "assert dropped_by_delta > 0" in test
+    for page in (PYTHON_API, RECIPES):
+        assert "`model.layers.7.self_attn.k_proj.weight`" in page or "one k projection" in page
+        assert "entropy_threshold=2.5" in page

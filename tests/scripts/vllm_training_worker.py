@@ -3,12 +3,15 @@ computed, for tests/trainer/test_vllm_training.py (run by `make test-vllm` in .v
 
     python vllm_training_worker.py OUT
 
-Three runs share one engine (vLLM's CPU engine takes ~90 s to start; TRL builds one per trainer, so
+Four runs share one engine (starting vLLM's CPU engine takes minutes on 2 cores; TRL builds one per trainer, so
 `VLLMGeneration._init_vllm` hands the first one to the later trainers, whose first `sync_weights` loads their own
-weights into it): GTPO for 2 steps with a checkpoint at each step, GRPO for 2 steps, then GTPO resumed from the
-first run's checkpoint-1 up to step 2. Everything else is TRL's path: `use_vllm=True`, `vllm_mode="colocate"`,
-`LLM(..., distributed_executor_backend="external_launcher")` in this process, TRL's `load_weights` sync before each
-step's generation, TRL's importance-sampling ratio from the engine's log-probabilities.
+weights into it): GTPO for 2 steps with a checkpoint at each step, GRPO for 2 steps, GTPO resumed from the
+first run's checkpoint-1 up to step 2, and GTPO for 1 step with δ (Eq. 6) active (`entropy_filter="always"` and a
+threshold between the completions' ⟨H⟩_i; with "auto", SmolLM2's ⟨H⟩_ini is above ln 2 and δ never drops). Then
+two syncs that skip one parameter each (the negative cases of the weight check). Everything else is TRL's path:
+`use_vllm=True`, `vllm_mode="colocate"`, `LLM(..., distributed_executor_backend="external_launcher")` in this
+process, TRL's `load_weights` sync before each step's generation, TRL's importance-sampling ratio from the engine's
+log-probabilities.
 
 Writes OUT/result.json:
 
@@ -16,7 +19,12 @@ Writes OUT/result.json:
   ⟨H⟩_ini, its prompt ids, completion ids and the engine's log-probabilities of the sampled tokens;
 - ``probes``: after every weight sync, the log-probabilities of one fixed completion under the engine
   (``prompt_logprobs``) and under the trainer's model (a plain forward), and under the initial weights (a fresh
-  model from the same folder);
+  model from the same folder); and the weight check: every trainer parameter against the engine's copy of it (cut
+  out of vLLM's fused q/k/v and gate/up weights), both at the engine's dtype, listing those that differ, those that
+  differ from the initial weights, and any engine layer that does not compute from its own weight;
+- ``skip_syncs``: the negative cases: after training, every trainer parameter is moved by SKIP_SHIFT and TRL's sync
+  runs with one parameter left out of `_iter_named_params` (the tied embedding, then one attention projection);
+  the weight check that follows is recorded like the others, under the run ``skip:<name>``;
 - ``losses``: per loss call, the rows' completion ids and mask, π_θold's log-probabilities, TRL's
   ``importance_sampling_ratio``, whether GTPO's loss received that very tensor, and the loss;
 - ``initial_entropy``: ⟨H⟩_ini per run, with its source, and ⟨H⟩_ini recomputed here by a plain forward of the
@@ -61,8 +69,20 @@ PROMPTS = ["Reply with yes or no: is the sky blue?", "Complete the sentence: The
            "Reply with yes or no: is fire cold?", "Complete the sentence: The capital of France is"]  # fmt: skip
 PROBE_PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 PROBE_COMPLETION = "2 + 3 = 5. The answer is 5."
+# The run with δ active: entropy_filter "always" and this threshold, below most of the initial model's ⟨H⟩_i
+# (temperature-1 entropy, token mean) on these prompts: 11 of the 12 completions of three runs' first steps on
+# 2026-11-28 were above it (2.06-3.97 nats), so δ drops some, possibly all, of the step's 4 completions.
+DELTA_THRESHOLD = 2.5
+# The negative cases of the weight check: a sync that leaves out the tied embedding (vLLM's LM head is the same
+# tensor), and one that leaves out a projection vLLM fuses with others (q/k/v), after every trainer parameter was
+# moved by SKIP_SHIFT (over 40 times bfloat16's spacing at these two weights' magnitudes, under 0.1, so that every
+# element of them changes at the engine's precision).
+SKIPPED = ("model.embed_tokens.weight", "model.layers.7.self_attn.k_proj.weight")
+SKIP_SHIFT = 0.01
+# vLLM fuses these trainer projections, by rows, in this order.
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
-STATE = {"run": None, "measuring": False, "engine": None}
+STATE = {"run": None, "measuring": False, "engine": None, "initial": None}
 RESULT = {"generations": [], "probes": [], "losses": [], "initial_entropy": {}, "runs": {}, "timings": {}}
 
 
@@ -139,8 +159,74 @@ def model_logprobs(model, ids: list[int], start: int) -> list[float]:
     return logp.gather(-1, torch.tensor(ids[start:]).unsqueeze(-1)).squeeze(-1).tolist()
 
 
+def engine_model(llm) -> torch.nn.Module:
+    """The model the colocated engine runs, where TRL's sync writes (`load_weights`)."""
+    return llm.llm_engine.model_executor.driver_worker.model_runner.model
+
+
+def engine_copy(engine: dict[str, torch.Tensor], trainer: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
+    """The engine's copy of the trainer's parameter `name`: its rows of vLLM's fused weight for q/k/v and gate/up,
+    the first rows of the (possibly padded) vocabulary for the embedding and the LM head; None when absent."""
+    parts = name.split(".")
+    for fused, members in FUSED.items():
+        if len(parts) >= 2 and parts[-2] in members:
+            prefix, leaf = ".".join(parts[:-2]), parts[-1]
+            whole = engine.get(f"{prefix}.{fused}.{leaf}")
+            if whole is None:
+                return None
+            start = 0
+            for member in members:
+                rows = trainer[f"{prefix}.{member}.{leaf}"].shape[0]
+                if member == parts[-2]:
+                    return whole[start : start + rows]
+                start += rows
+    tensor = engine.get(name)
+    return None if tensor is None else tensor[: trainer[name].shape[0]]
+
+
+@torch.no_grad()
+def weight_check(llm, model) -> dict:
+    """Every trainer parameter (tied ones under each name) against the engine's copy, at the engine's dtype.
+
+    Returns the parameters compared, those whose engine copy differs from the trainer's value cast to the engine's
+    dtype (TRL's sync casts the same way, so a synced parameter is equal bit for bit), those whose engine copy
+    differs from the initial weights (the update reached the engine), those the engine lacks, and the engine's
+    layers that do not compute from their own weight (a packed CPU kernel would hold a copy the check cannot see).
+    """
+    runner = engine_model(llm)
+    engine = dict(runner.named_parameters(remove_duplicate=False))
+    trainer = {name: p.detach() for name, p in model.named_parameters(remove_duplicate=False)}
+    initial = STATE["initial"]
+    mismatched, changed, missing = [], [], []
+    dtype = None
+    for name, value in trainer.items():
+        copy = engine_copy(engine, trainer, name)
+        if copy is None:
+            missing.append(name)
+            continue
+        dtype = copy.dtype
+        if not torch.equal(copy, value.to(copy.dtype)):
+            mismatched.append(name)
+        if not torch.equal(copy, initial[name].to(copy.dtype)):
+            changed.append(name)
+    packed = [
+        name
+        for name, module in runner.named_modules()
+        if hasattr(module, "cpu_linear") and module.cpu_linear is not torch.nn.functional.linear
+    ]
+    return {
+        "compared": len(trainer) - len(missing),
+        "mismatched": mismatched,
+        "changed_from_initial": changed,
+        "missing": missing,
+        "packed_layers": packed,
+        "engine_dtype": str(dtype),
+    }
+
+
 def probed_sync(original):
-    """TRL's `sync_weights`, then the fixed completion's log-probabilities under the engine and the trainer."""
+    """TRL's `sync_weights`, then the weight check and the fixed completion's log-probabilities under the engine and
+    the trainer."""
 
     def sync_weights(self):
         original(self)
@@ -153,10 +239,40 @@ def probed_sync(original):
                 "step": trainer.state.global_step,
                 "engine": engine_logprobs(self.llm, ids, start),
                 "trainer": model_logprobs(model, ids, start),
+                "weights": weight_check(self.llm, model),
             }
         )
 
     return sync_weights
+
+
+def skipping(original, skipped: str):
+    """TRL's `_iter_named_params` without the parameter `skipped`: a sync that leaves one parameter behind."""
+
+    def iter_named_params(self):
+        for name, param in original(self):
+            if name != skipped:
+                yield name, param
+
+    return iter_named_params
+
+
+@torch.no_grad()
+def skip_syncs(VG) -> None:
+    """The negative cases: for each name in SKIPPED, move every trainer parameter by SKIP_SHIFT (so the engine's copy
+    of each is stale), then run TRL's sync with that parameter left out; `probed_sync` records the weight check."""
+    trainer = STATE["trainer"]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    original = VG._iter_named_params
+    try:
+        for name in SKIPPED:
+            for param in model.parameters():
+                param.add_(SKIP_SHIFT)
+            STATE["run"] = f"skip:{name}"
+            VG._iter_named_params = skipping(original, name)
+            trainer.vllm_generation.sync_weights()
+    finally:
+        VG._iter_named_params = original
 
 
 # ------------------------------------------------------------------ the loss: what reached it
@@ -247,6 +363,7 @@ def train(name: str, args: GTPOConfig, model_dir: Path, dataset, resume: str | N
         "clip_max": args.vllm_importance_sampling_clip_max,
         "is_mode": args.vllm_importance_sampling_mode,
         "max_completion_length": args.max_completion_length,
+        "entropy_filter": args.entropy_filter,
     }
     RESULT["initial_entropy"][name] = {
         "value": trainer.initial_entropy,
@@ -277,6 +394,8 @@ def main(out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     STATE["probe"] = probe_ids(tokenizer)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
+    initial = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    STATE["initial"] = {name: p.detach() for name, p in initial.named_parameters(remove_duplicate=False)}
 
     VG = vllm_generation.VLLMGeneration
     VG._init_vllm = shared_init(VG._init_vllm)
@@ -290,9 +409,13 @@ def main(out: Path) -> None:
     train("grpo", settings(out, "grpo", algorithm="grpo"), model_dir, dataset)
     checkpoint = str(out / "gtpo" / "checkpoint-1")
     train("gtpo_resumed", settings(out, "gtpo_resumed"), model_dir, dataset, resume=checkpoint)
+    delta = settings(
+        out, "gtpo_delta", max_steps=1, save_strategy="no", entropy_filter="always", entropy_threshold=DELTA_THRESHOLD
+    )
+    train("gtpo_delta", delta, model_dir, dataset)
+    skip_syncs(VG)
     RESULT["timings"]["total_s"] = time.perf_counter() - started
 
-    initial = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids, start = STATE["probe"]
     RESULT["probe_initial"] = model_logprobs(initial, ids, start)
     RESULT["initial_entropy_recomputed"] = recomputed_initial_entropy(initial, "gtpo")

@@ -3,12 +3,15 @@
 Run by `make test-vllm` in .venv-vllm; skipped where vLLM is not installed, as in `make test`'s .venv.
 
 One subprocess (tests/scripts/vllm_training_worker.py; vLLM initialises torch.distributed in the process that
-starts it) trains three runs on one engine: GTPO 2 steps, GRPO 2 steps, GTPO resumed from the first run's
-checkpoint-1. Each test reads what it recorded and checks one invariant against something computed apart from
-the trainer: the engine's log-probabilities against a plain forward of the trainer's model and of the initial
-weights, ⟨H⟩_ini against a plain forward over the engine's own samples, the record against the engine's
-completions and a brute-force scan for the conflict spans, TRL's ratio against exp(Σ(log π_old − log π_vLLM)) from
-the engine's log-probabilities.
+starts it) trains four runs on one engine: GTPO 2 steps, GRPO 2 steps, GTPO resumed from the first run's
+checkpoint-1, and GTPO 1 step with δ (Eq. 6) active; then runs TRL's sync twice with one parameter left out (the
+negative cases). Each test reads what it recorded and checks one invariant against something computed apart from
+the trainer: the engine's weights, read out of the engine after every sync, against the trainer's at the engine's
+precision (and a sync that skips one parameter must fail that check); the engine's log-probabilities against a
+plain forward of the trainer's model and of the initial weights; ⟨H⟩_ini against a plain forward over the engine's
+own samples; the record against the engine's completions and a brute-force scan for the conflict spans; TRL's ratio
+against exp(Σ(log π_old − log π_vLLM)) from the engine's log-probabilities, with ratios that are not all 1 and not
+all masked.
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ CLOSER = 2
 # so a mean over other completions would be far outside this.
 ENTROPY_TOLERANCE = 5e-3
 LN2 = math.log(2.0)
+# The runs, and the global steps each trained.
+STEPS = {"gtpo": [1, 2], "grpo": [1, 2], "gtpo_resumed": [1, 2], "gtpo_delta": [1]}
+# The negative cases (the worker's SKIPPED): a sync that leaves out this parameter must leave exactly these engine
+# tensors different from the trainer's. The embedding is tied: vLLM's LM head is the same tensor, so both are stale.
+SKIPPED = {
+    "model.embed_tokens.weight": ["model.embed_tokens.weight", "lm_head.weight"],
+    "model.layers.7.self_attn.k_proj.weight": ["model.layers.7.self_attn.k_proj.weight"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +85,57 @@ def _training_generations(result, run, step) -> list[dict]:
 
 def _steps_logged(result, run, key) -> dict[int, float]:
     return {h["step"]: h[key] for h in result["runs"][run]["log_history"] if key in h}
+
+
+def _weight_checks(result) -> dict[str, dict[int, dict]]:
+    """run -> step -> the worker's weight check after that sync."""
+    checks: dict[str, dict[int, dict]] = {}
+    for probe in result["probes"]:
+        checks.setdefault(probe["run"], {})[probe["step"]] = probe["weights"]
+    return checks
+
+
+def _engine_differs(check: dict) -> list[str]:
+    """The check: the trainer parameters whose engine copy is not the trainer's value at the engine's precision (or
+    that the engine lacks, or that it computes with from a packed copy it could not be compared on)."""
+    return check["mismatched"] + check["missing"] + [f"packed:{name}" for name in check["packed_layers"]]
+
+
+def test_after_every_sync_the_engine_holds_the_trainers_weights_at_its_precision(result):
+    """After every weight sync of every run, each trainer parameter (the tied LM head under its own name too) equals,
+    cast to the engine's dtype (bfloat16), the engine's copy read out of the engine's model (its rows of vLLM's fused
+    q/k/v and gate/up weights), and every engine layer computes from that weight. Controls: at the first sync the
+    engine holds the initial weights, and after one update the engine's embedding and some weights of every decoder
+    layer have moved from them at that precision, so the equality is not the initial weights compared with
+    themselves."""
+    checks = _weight_checks(result)
+    synced = {run: sorted(checks.get(run, {})) for run in STEPS}
+    assert synced == {"gtpo": [0, 1], "grpo": [0, 1], "gtpo_resumed": [1], "gtpo_delta": [0]}, synced
+    compared = {check["compared"] for run in STEPS for check in checks[run].values()}
+    assert len(compared) == 1 and compared.pop() > 30 * 9  # every parameter of SmolLM2's 30 layers and more
+    for run in STEPS:
+        for step, check in checks[run].items():
+            assert check["engine_dtype"] == "torch.bfloat16", (run, step)
+            assert _engine_differs(check) == [], f"{run} step {step}: the engine does not hold the trainer's weights"
+    assert checks["gtpo"][0]["changed_from_initial"] == []  # the control: nothing moved before the first step
+    changed = checks["gtpo"][1]["changed_from_initial"]
+    assert "model.embed_tokens.weight" in changed and "lm_head.weight" in changed
+    layers = {int(name.split(".")[2]) for name in changed if name.startswith("model.layers.")}
+    assert layers == set(range(30)), sorted(set(range(30)) - layers)
+
+
+def test_a_sync_that_skips_one_parameter_fails_the_weight_check(result):
+    """The negative cases: every trainer parameter moved, then TRL's sync with one parameter left out (the tied
+    embedding; one projection vLLM fuses into q/k/v). The check above reports exactly what was left behind: for the
+    embedding, the LM head too (one tensor in the engine); everything the sync did write is equal."""
+    checks = _weight_checks(result)
+    assert sorted(run for run in checks if run.startswith("skip:")) == sorted(f"skip:{name}" for name in SKIPPED)
+    for name, stale in SKIPPED.items():
+        (check,) = checks[f"skip:{name}"].values()
+        assert _engine_differs(check) == stale, f"a sync without {name}: the check saw {_engine_differs(check)}"
+    for probe in result["probes"]:  # what the log-probability probe alone would have seen (printed only)
+        if probe["run"].startswith("skip:"):
+            print(f"{probe['run']}: probe |engine - trainer| {_gap(probe['engine'], probe['trainer']):.2e}")
 
 
 def test_the_engine_samples_from_the_policy_of_each_step(result):
@@ -117,17 +179,17 @@ def test_record_lambda_delta_and_loss_are_written_and_finite(result):
     """Each step's completion record holds the completions the engine sampled for that step; its conflict spans and
     λ (Eq. 5) are the brute-force scan's, δ (Eq. 6) and A' (Eq. 7) follow from ⟨H⟩_i and ⟨H⟩_ini, and every value and
     the logged loss are finite. GRPO records the same columns with λ not applied."""
-    spans_seen = 0
-    for run in ("gtpo", "grpo"):
+    spans_seen, dropped_by_delta = 0, 0
+    for run in ("gtpo", "grpo", "gtpo_delta"):
         info = result["runs"][run]
         losses = _steps_logged(result, run, "loss")
-        assert sorted(losses) == [1, 2] and all(math.isfinite(v) for v in losses.values()), losses
-        assert record_files.recorded_steps(info["output_dir"]) == [1, 2]
+        assert sorted(losses) == STEPS[run] and all(math.isfinite(v) for v in losses.values()), losses
+        assert record_files.recorded_steps(info["output_dir"]) == STEPS[run]
         h_ini = result["initial_entropy"][run]["value"]
-        for step in (1, 2):
+        for step in STEPS[run]:
             record = record_files.read_step(info["output_dir"], step)
             c, meta = record["columns"], record["metadata"]
-            assert meta["algorithm"] == run and meta["lambda_applied"] == (run == "gtpo")
+            assert meta["algorithm"] == info["algorithm"] and meta["lambda_applied"] == (info["algorithm"] == "gtpo")
             sampled = [ids for g in _training_generations(result, run, step - 1) for ids in g["completion_ids"]]
             assert c["completion_ids"] == sampled, f"{run} step {step}: the record is not the engine's completions"
             assert all(math.isfinite(v) for name in ("mean_entropy", "advantage", "advantage_used") for v in c[name])
@@ -149,21 +211,28 @@ def test_record_lambda_delta_and_loss_are_written_and_finite(result):
                 assert not any(c["entropy_filtered"]) and c["advantage_used"] == pytest.approx(c["advantage"])
                 continue
             gamma, threshold = info["entropy_gamma"], info["entropy_threshold"]
+            gate = h_ini < LN2 if info["entropy_filter"] == "auto" else True  # Eq. 6's ⟨H⟩_ini gate; "always": none
+            assert info["entropy_filter"] == ("always" if run == "gtpo_delta" else "auto")
             for h, dropped, a, used in zip(
                 c["mean_entropy"], c["entropy_filtered"], c["advantage"], c["advantage_used"], strict=True
             ):
-                assert dropped == (h_ini < LN2 and h > threshold)  # Eq. 6, mode "auto"
+                assert dropped == (gate and h > threshold)  # Eq. 6
                 assert used == pytest.approx(0.0 if dropped else a - gamma * h, abs=1e-5)  # Eq. 7
+                dropped_by_delta += dropped
+            if run == "gtpo_delta":
+                print(f"δ run: dropped {sum(c['entropy_filtered'])} of {len(signs)}, ⟨H⟩_i {c['mean_entropy']}")
     assert spans_seen > 0  # the control: some completions conflict, so λ is not 1 everywhere
+    assert dropped_by_delta > 0  # δ was active: it dropped a completion the engine sampled
 
 
 def test_trl_importance_sampling_ratio_reaches_the_gtpo_loss_from_engine_logprobs(result):
     """TRL's correction for the engine's sampling (`vllm_importance_sampling_mode` "sequence_mask", its default):
     r_i = exp(Σ_t (log π_θold − log π_vLLM)), set to 0 above `vllm_importance_sampling_clip_max`. Recomputed here
     from the log-probabilities the engine returned with each completion, it equals the ratio TRL stored, and GTPO's
-    loss received that very tensor."""
-    seen_rows = 0
-    for run in ("gtpo", "gtpo_resumed"):
+    loss received that very tensor. Controls: the ratios are not all 1 (the bfloat16 engine and the float32 trainer
+    differ, so a ratio of 1 everywhere would mean the correction was skipped) and not all masked to 0."""
+    seen_rows, ratios = 0, []
+    for run in ("gtpo", "gtpo_resumed", "gtpo_delta"):
         info = result["runs"][run]
         assert info["is_mode"] == "sequence_mask"
         calls = [c for c in result["losses"] if c["run"] == run]
@@ -181,7 +250,12 @@ def test_trl_importance_sampling_ratio_reaches_the_gtpo_loss_from_engine_logprob
                 expected = 0.0 if expected > info["clip_max"] else expected
                 assert ratio == pytest.approx([expected], rel=1e-4), (run, call["step"], ids)
                 seen_rows += 1
-    assert seen_rows == 4 * 3  # gtpo's steps 1-2 and the resumed step 2, G = 4 rows each
+                ratios += ratio
+    assert seen_rows == 4 * 4  # gtpo's steps 1-2, the resumed step 2 and the δ run's step 1, G = 4 rows each
+    unmasked = [r for r in ratios if r > 0]
+    print(f"IS ratios: {len(unmasked)} of {len(ratios)} unmasked, range {min(unmasked):.4f}-{max(unmasked):.4f}")
+    assert unmasked, "every ratio is masked"
+    assert any(abs(r - 1) > 1e-3 for r in unmasked), "every ratio is 1: the engine's log-probs are the trainer's"
 
 
 def test_resume_from_a_checkpoint_continues_with_the_engine(result):
