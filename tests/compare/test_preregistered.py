@@ -412,7 +412,7 @@ def test_study_g_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert "**400–419, 20 pairs**" in text and "**α = 0.05**" in text
     _assert_run_as_registered(name, text, ["gtpo:", "grpo:--algorithm grpo"], range(400, 420), analysis.G_STEPS)
     assert "--max_steps 40 --dtype float32" in " ".join(text.split()).replace("`", "") and analysis.G_STEPS == 40
-    script = (ROOT / "scripts" / "run_study.sh").read_text()
+    script = (ROOT / "studies" / "tools" / "run_study.sh").read_text()
     assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-g)") :]
 
 

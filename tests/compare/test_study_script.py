@@ -1,4 +1,4 @@
-"""scripts/commit_study_run.sh, the hook scripts/run_study.sh gives `gtpo compare --after_run`: after each finished
+"""studies/tools/commit_study_run.sh, the hook studies/tools/run_study.sh gives `gtpo compare --after_run`: after each finished
 run it commits exactly that run's small files (run.json, metrics.jsonl, eval/ where the study evaluates) with the
 refreshed summary, never checkpoints or weights. Study B evaluates nothing: its first run's hook once failed on
 the missing eval/ and left the run uncommitted (issue 18). Run here in a throwaway git repository, with a stand-in
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HOOK = ROOT / "scripts" / "commit_study_run.sh"
+HOOK = ROOT / "studies" / "tools" / "commit_study_run.sh"
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -27,8 +27,8 @@ def _git(repo: Path, *args: str) -> str:
 @pytest.fixture
 def repo(tmp_path):
     repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    shutil.copy(HOOK, repo / "scripts" / HOOK.name)
+    (repo / "studies" / "tools").mkdir(parents=True)
+    shutil.copy(HOOK, repo / "studies" / "tools" / HOOK.name)
     _git(repo, "init", "-q")
     _git(repo, "config", "user.email", "t@example.com")
     _git(repo, "config", "user.name", "t")
@@ -66,7 +66,7 @@ def _finished_run(repo: Path, arm: str, with_eval: bool) -> str:
 
 def _hook(repo: Path, fake: Path, run: str, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["scripts/commit_study_run.sh", "studies/s", str(fake)],
+        ["studies/tools/commit_study_run.sh", "studies/s", str(fake)],
         cwd=repo,
         env={**os.environ, "GTPO_RUN_DIR": run, **env},
         capture_output=True,
@@ -199,7 +199,7 @@ def _study_arguments(name: str) -> list[str]:
     import re
     import shlex
 
-    text = (ROOT / "scripts" / "run_study.sh").read_text()
+    text = (ROOT / "studies" / "tools" / "run_study.sh").read_text()
     case = text[text.index(f"    {name})") :]
     case = case[: case.index(";;")]
     body = case[case.index("args=(") + len("args=(") : case.rindex(")")]
@@ -233,7 +233,7 @@ def test_run_study_runs_the_preregistered_studies_as_registered(name):
     assert words[words.index("--save-steps") + 1] == "5" and words[words.index("--recipe") + 1] == "$recipe"
     common = words[words.index("--") + 1 :]
     assert common[common.index("--max_steps") + 1] == "40" and common[common.index("--dtype") + 1] == "$dtype_cd"
-    script = (ROOT / "scripts" / "run_study.sh").read_text()
+    script = (ROOT / "studies" / "tools" / "run_study.sh").read_text()
     assert "\ndtype_cd=float32\n" in script and "--dtype float32" in text
     case = script[script.index(f"    {name})") :]
     assert case[: case.index(";;")].count("recipe=$pinned_recipe") == 1
@@ -343,14 +343,16 @@ def test_the_guard_gamma_screen_runs_fs_runaway_seeds_at_fs_settings_and_code():
 def test_run_study_refuses_study_g_before_its_registration(tmp_path, registration):
     """Study G is pre-registered: run_study.sh must not start its first run from a draft (the line '> DRAFT' at the
     top) or without the file, so no run can precede the registration's commit (issue 48, item 5)."""
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "run_study.sh", tmp_path / "scripts" / "run_study.sh")
+    (tmp_path / "studies" / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "studies" / "tools" / "run_study.sh", tmp_path / "studies" / "tools" / "run_study.sh")
     study = tmp_path / "studies" / "smollm2-two-step-g"
     study.mkdir(parents=True)
     if registration is not None:
         (study / "PREREGISTRATION.md").write_text(registration)
     result = subprocess.run(
-        ["bash", str(tmp_path / "scripts" / "run_study.sh"), "smollm2-two-step-g"], capture_output=True, text=True
+        ["bash", str(tmp_path / "studies" / "tools" / "run_study.sh"), "smollm2-two-step-g"],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
     assert "is a draft or missing: register study G before its first run" in result.stderr

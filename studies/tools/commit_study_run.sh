@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The --after_run hook of scripts/run_study.sh: refresh a study's summary and figures, then commit the run that
+# The --after_run hook of studies/tools/run_study.sh: refresh a study's summary and figures, then commit the run that
 # just finished (gtpo compare sets GTPO_RUN_DIR to its folder) with them: run.json, metrics.jsonl, its eval/ where
 # the study evaluates, its completions/ (the per-step record of its completions, small parquet files) where training
 # wrote one, its launch log as train-log.txt (absolute paths made relative), and the study's compare.json,
@@ -9,12 +9,12 @@
 # summary says only how many runs have finished, and draws no figures): no interim look. That needs a pinned code
 # commit whose gtpo.compare.report does so (issue 38, item 6).
 #
-#   GTPO_RUN_DIR=studies/NAME/runs/ARM/seedS scripts/commit_study_run.sh studies/NAME PYTHON
+#   GTPO_RUN_DIR=studies/NAME/runs/ARM/seedS studies/tools/commit_study_run.sh studies/NAME PYTHON
 #
 # PYTHON: the interpreter whose gtpo aggregates (the pinned worktree's). GTPO_STUDY_NO_COMMIT=1 only aggregates.
 set -euo pipefail
-study=${1:?usage: scripts/commit_study_run.sh STUDY_DIR PYTHON}
-python=${2:?usage: scripts/commit_study_run.sh STUDY_DIR PYTHON}
+study=${1:?usage: studies/tools/commit_study_run.sh STUDY_DIR PYTHON}
+python=${2:?usage: studies/tools/commit_study_run.sh STUDY_DIR PYTHON}
 run=${GTPO_RUN_DIR:?GTPO_RUN_DIR must name the run folder that finished}
 "$python" -m gtpo.cli compare --output-dir "$study" --aggregate-only > /dev/null
 [ -n "${GTPO_STUDY_NO_COMMIT:-}" ] && exit 0

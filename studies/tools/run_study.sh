@@ -2,33 +2,33 @@
 # Run, or continue, one of the studies committed under studies/, from a pinned copy of the code, and commit each
 # run (run.json, metrics.jsonl, eval/) and the refreshed summary as soon as it finishes.
 #
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO (+ gtpo-filter), lr 2e-4, 5 seeds, held-out eval
-#   scripts/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
-#   scripts/run_study.sh smollm2-synthetic-lr1e-3-c   # study C (pre-registered): runaways at lr 1e-3, 2 arms x 12 seeds
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
-#   scripts/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
-#   scripts/run_study.sh smollm2-synthetic-lr1e-3-ablations   # exploratory: the correction's parts, 7 arms x 5 seeds
-#   scripts/run_study.sh smollm2-synthetic-lr1e-3-guard       # exploratory: the stall guard on C's stalled seeds
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4-d-rerun     # exploratory: D's two failed GTPO seeds, recorded
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
-#   scripts/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
-#   scripts/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
-#   scripts/run_study.sh smollm2-two-step-g                   # study G (pre-registered): the two-step task
-#   scripts/run_study.sh smollm2-two-step-g-repro             # exploratory: does G's gtpo/seed417 repeat on this CPU?
-#   scripts/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
-#   scripts/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr2e-4     # study A: GTPO vs GRPO (+ gtpo-filter), lr 2e-4, 5 seeds, held-out eval
+#   studies/tools/run_study.sh smollm2-synthetic-lr1e-3     # study B: the lr 1e-3 stress setting, 3 arms x 3 seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr1e-3-c   # study C (pre-registered): runaways at lr 1e-3, 2 arms x 12 seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr2e-4-d   # study D (pre-registered): held-out pass@1, 2 arms x 12 seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr1e-3-e   # study E (pre-registered): the stall, 2 arms x 32 seeds x 15 steps
+#   studies/tools/run_study.sh smollm2-synthetic-lr1e-3-ablations   # exploratory: the correction's parts, 7 arms x 5 seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr1e-3-guard       # exploratory: the stall guard on C's stalled seeds
+#   studies/tools/run_study.sh smollm2-synthetic-lr2e-4-d-rerun     # exploratory: D's two failed GTPO seeds, recorded
+#   studies/tools/run_study.sh smollm2-synthetic-lr2e-4-f           # study F (pre-registered): GTPO + guard vs GRPO
+#   studies/tools/run_study.sh smollm2-synthetic-lr2e-4-guard-gamma # exploratory: F's two runaway seeds with γ = 0
+#   studies/tools/run_study.sh smollm2-two-step-pilot               # exploratory: the two-step task's pilot (issue 48)
+#   studies/tools/run_study.sh smollm2-two-step-g                   # study G (pre-registered): the two-step task
+#   studies/tools/run_study.sh smollm2-two-step-g-repro             # exploratory: does G's gtpo/seed417 repeat on this CPU?
+#   studies/tools/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
+#   studies/tools/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
 # worktree of that commit in .study/code-<commit> with its own .venv (scripts/setup.sh), so edits to the
 # checkout cannot change a running study. Every later call, on any machine, runs the same commit; finished runs
 # are skipped, an interrupted one resumes from its newest checkpoint (every 5 steps). Run it in the background:
-#   mkdir -p .study; nohup setsid scripts/run_study.sh NAME >> .study/NAME.log 2>&1 &
+#   mkdir -p .study; nohup setsid studies/tools/run_study.sh NAME >> .study/NAME.log 2>&1 &
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen"
-name=${1:?usage: scripts/run_study.sh NAME (one of: $known)}
+name=${1:?usage: studies/tools/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
 # its code commit, dtype bfloat16 -> auto, is overridden by --dtype float32). Later studies pin a copy of the
@@ -189,7 +189,7 @@ case $name in
     smollm2-two-step-h-screen)
         # Exploratory screen before study H (no registration): GTPO with conflict_exclude_common_prefix (GRPO's
         # update on the leading tokens whose whole prefix a positive and a negative completion share, Eq. 5
-        # elsewhere), chosen from scripts/lockin_tokens.py on G's and E's records (docs/studies/lockin.md), at G's
+        # elsewhere), chosen from studies/tools/lockin_tokens.py on G's and E's records (docs/studies/lockin.md), at G's
         # seven low seeds (GTPO held-out pass@1 below 11 percent: 400 404 405 407 410 417 418) and six of the
         # thirteen others chosen without looking at their outcomes (the six lowest-numbered: 401 402 403 406 408
         # 409), low and other alternating so that a stopped screen has both. G's settings and held-out evaluation;
@@ -218,6 +218,6 @@ fi
 python=$PWD/$code/.venv/bin/python   # its editable gtpo is the pinned worktree's src/
 
 # After each finished (and evaluated) run: refresh the summary and commit the run's small files with it.
-after_run="scripts/commit_study_run.sh $(printf %q "$study") $(printf %q "$python")"  # a shell command line
+after_run="studies/tools/commit_study_run.sh $(printf %q "$study") $(printf %q "$python")"  # a shell command line
 echo "run_study.sh: $name at $(date -u +%FT%TZ), code $commit"
 "$python" -m gtpo.cli compare --output-dir "$study" --after-run "$after_run" "${args[@]}"
