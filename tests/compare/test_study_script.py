@@ -1,6 +1,6 @@
 """studies/tools/commit_study_run.sh, the hook studies/tools/run_study.sh gives `gtpo compare --after_run`: after each
-finished run it commits exactly that run's small files (run.json, metrics.jsonl, eval/ where the study evaluates) with the
-refreshed summary, never checkpoints or weights. Study B evaluates nothing: its first run's hook once failed on
+finished run it commits exactly that run's small files (run.json, metrics.jsonl, eval/ where the study evaluates) with
+the refreshed summary, never checkpoints or weights. Study B evaluates nothing: its first run's hook once failed on
 the missing eval/ and left the run uncommitted (issue 18). Run here in a throwaway git repository, with a stand-in
 for the pinned interpreter that writes the summary files the real aggregation would."""
 
