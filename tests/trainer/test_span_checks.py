@@ -26,8 +26,14 @@ class _OneProcess:
 
 
 def _fake_trainer(training: bool = True, correction: bool = True):
+    from collections import defaultdict
+
+    from gtpo import GTPOConfig
+
+    args = GTPOConfig(output_dir="unused", use_cpu=True, report_to=[], conflict_correction=correction)
     return SimpleNamespace(
-        args=SimpleNamespace(gtpo_enabled=correction, conflict_correction=correction, conflict_guard=False),
+        args=args,  # a real config: _gathered_spans reads the span options, and λ's for gtpo/push_against_group
+        _metrics=defaultdict(lambda: defaultdict(list)),
         model=SimpleNamespace(training=training),
         num_generations=2,
         num_generations_eval=2,
