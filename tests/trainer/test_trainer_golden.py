@@ -16,7 +16,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from golden_run import FIXTURE, golden_numbers  # noqa: E402
 
-
 # Keys logged since the fixture was recorded, each with the value it must take on this run and why.
 # gtpo/push_against_group: TABLE's groups hold each opening and the ending with as many positives as negatives of
 # equal |A|, so every shared token has S = 0, never below 0: nothing is pushed up against the group.
