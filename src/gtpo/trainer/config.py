@@ -181,8 +181,12 @@ class GTPOConfig(GRPOConfig):
             "with its sign; Eq. 5 replaces it by a push up, which pushes up an opening that fails more often than "
             "the group, or one the whole group shares (docs/core.md, 'What Eq. 5 does to a shared opening'). "
             "Tokens shared by position only, after prefixes that differ, and the trailing spans keep Eq. 5 "
-            "(gtpo.core.common_prefix_conflicts). Exploratory: under test against GRPO on the two-step task "
-            "(docs/studies/lockin.md)."
+            "(gtpo.core.common_prefix_conflicts). What the studies found (SmolLM2-135M, synthetic arithmetic, "
+            "exploratory): GTPO's lock-in into a one-equation shortcut in study G (7 of 20 seeds) and its stall in "
+            "study E both ran through these tokens, where the groups' own advantages gave the opening about 0 or "
+            "less and Eq. 5 pushed it up. Whether this setting keeps GTPO's gains elsewhere is being screened against "
+            "GRPO, before a pre-registered study; until then an option for runs that lock in "
+            "(monitor/no_progress), not a default (docs/studies/lockin.md)."
         },
     )
     conflict_combine: str = field(
