@@ -46,3 +46,34 @@ def test_every_refusal_is_the_documented_entropy_coef_one():
     refused = [r["message"] for r in _tests("summary.json").values() if r["outcome"] == "refused"]
     assert refused and all(message.startswith("ValueError: entropy_coef=") for message in refused)
     assert "`entropy_coef != 0`, `use_adaptive_entropy`" in (ROOT / "docs" / "python-api.md").read_text()
+
+
+def test_both_trainers_per_test_outcomes_are_recorded_and_quoted():
+    """summary_baseline.json is the whole file against TRL's own GRPOTrainer: the same 175 tests, each with its
+    outcome, and the page's comparison is the two records' cross-tabulation, recomputed here."""
+    swapped, baseline = _tests("summary.json"), _tests("summary_baseline.json")
+    assert swapped.keys() == baseline.keys() and len(swapped) == 175
+    counts = dict(Counter(result["outcome"] for result in baseline.values()))
+    assert counts == _record("summary_baseline.json")["counts"]
+    page = " ".join((ROOT / "docs" / "python-api.md").read_text().split())
+    assert "with TRL's trainer `counts: " + json.dumps(counts, sort_keys=True) + "` of 175 tests" in page
+    pairs = Counter((swapped[node]["outcome"], baseline[node]["outcome"]) for node in swapped)
+    same = {kind: pairs[(kind, kind)] for kind in ("passed", "failed", "offline", "skipped")}
+    assert (
+        f"{sum(same.values())} tests have the same outcome with both ({same['passed']} passed, {same['failed']} "
+        f"failed, {same['offline']} offline, {same['skipped']} skipped)" in page
+    )
+    assert pairs[("refused", "passed")] == 7 and pairs[("refused", "failed")] == 1
+    assert (
+        baseline[next(n for n in swapped if n.endswith("::test_entropy_bonus_flows_gradients"))]["outcome"] == "failed"
+    )
+    only_gtpo = sorted(
+        n.split("::")[-1] for n in swapped if (swapped[n]["outcome"], baseline[n]["outcome"]) == ("passed", "failed")
+    )
+    assert only_gtpo == [
+        "test_init_minimal",
+        "test_train_vlm[trl-internal-testing/tiny-Gemma3ForConditionalGeneration]",
+        "test_train_vlm_with_pad_to_multiple_of",
+    ]
+    truncation = [n for n in swapped if "mask_truncated" in n]
+    assert len(truncation) == 2 and all(baseline[n]["outcome"] == swapped[n]["outcome"] == "passed" for n in truncation)
