@@ -23,7 +23,6 @@ import torch
 
 from gtpo import core
 from gtpo.runs import completions as record_files
-from gtpo.trainer import loss_options
 
 logger = logging.getLogger(__name__)
 RECORD_ROW = "gtpo_record_row"  # (B,) global row index of each completion in its generation batch
@@ -56,9 +55,8 @@ class CompletionRecorder:
 
         Args:
             output: TRL's generation output for this rank (gets `RECORD_ROW`).
-            gathered: every rank's ``ids``, ``mask`` (N, T), ``advantages`` (N,), spans ``forward``/``backward``
-                (N, T), with ``conflict_guard`` its ``contested`` tokens (N, T), and ``group_size``, as
-                `GTPOTrainer._gathered_spans` returns them.
+            gathered: every rank's ``ids``, ``mask`` (N, T), spans ``forward``/``backward`` (N, T), the loss's
+                ``lambda`` (N, T) and ``group_size``, as `GTPOTrainer._gathered_spans` returns them.
         """
         trainer = self.trainer
         n_local = output["completion_ids"].size(0)
@@ -79,9 +77,7 @@ class CompletionRecorder:
             "advantage": list(logs["advantages"])[-n:],
             "extra": {name: list(values)[-n:] for name, values in logs["extra"].items()},
             "images": list(logs["images"])[-n:] if logs["images"] else None,
-            **{key: gathered[key].detach().cpu() for key in ("ids", "mask", "advantages", "forward", "backward")},
-            "contested": gathered["contested"].detach().cpu() if "contested" in gathered else None,
-            "common_prefix": gathered["common_prefix"].detach().cpu() if "common_prefix" in gathered else None,
+            **{key: gathered[key].detach().cpu() for key in ("ids", "mask", "forward", "backward", "lambda")},
             "group_size": gathered["group_size"],
         }
 
@@ -145,7 +141,7 @@ class CompletionRecorder:
         cap = args.log_completions_max_groups
         n = batch["rows"] if cap is None else min(batch["rows"], cap * g)
         ids, mask = batch["ids"][:n], batch["mask"][:n].bool()
-        lam = loss_options.applied_lambda(args, batch, n)  # (n, T) the loss's λ
+        lam = batch["lambda"][:n]  # (n, T) the loss's λ, as `GTPOTrainer._gathered_spans` computed it
         tokenizer = trainer._tokenizer
         weights = trainer.reward_weights.tolist()
         rewards = batch["rewards"]

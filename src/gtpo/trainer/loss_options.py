@@ -79,15 +79,14 @@ def sequence_weights(trainer, inputs, per_token_logps, old_per_token_logps, loss
     )  # (B, 1)
 
 
-def applied_lambda(args, batch: dict, rows: int | None = None):
-    """λ as the loss applies it (Eq. 5, or the guard's, with any common prefix left to the group) on the first ``rows``
-    rows of a gathered generation batch (`GTPOTrainer._gathered_spans`' dict: ids, mask, advantages, spans, and the
-    guard's ``contested`` and the ``common_prefix`` tokens when those options are on). (rows, T) float."""
-    n = batch["ids"].shape[0] if rows is None else rows
-    mask = batch["mask"][:n].bool()
-    extra = {key: None if batch.get(key) is None else batch[key][:n] & mask for key in ("contested", "common_prefix")}
+def applied_lambda(args, batch: dict):
+    """λ as the loss applies it (Eq. 5, or the guard's, with any common prefix left to the group) on a gathered
+    generation batch (`GTPOTrainer._gathered_spans`' dict: ids, mask, advantages, spans, and the guard's ``contested``
+    and the ``common_prefix`` tokens when those options are on). (N, T) float."""
+    mask = batch["mask"].bool()
+    extra = {key: None if batch.get(key) is None else batch[key] & mask for key in ("contested", "common_prefix")}
     return core.conflict_weights(
-        batch["forward"][:n] & mask, batch["backward"][:n] & mask, batch["advantages"][:n].float(),
+        batch["forward"] & mask, batch["backward"] & mask, batch["advantages"].float(),
         args.conflict_positive_weight, args.conflict_combine, group_size=batch["group_size"],
         negative_weight=args.conflict_negative_weight, sides=args.conflict_span_sides, **extra,
     )  # fmt: skip

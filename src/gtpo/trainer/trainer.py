@@ -193,9 +193,9 @@ class GTPOTrainer(GRPOTrainer):
             gathered["contested"] = core.contested_tokens(*rows, *sided)  # (N, T_max) the guard's tokens
         if self.args.conflict_exclude_common_prefix:
             gathered["common_prefix"] = core.common_prefix_conflicts(*rows, sided[0])  # (N, T_max)
+        gathered["lambda"] = loss_options.applied_lambda(self.args, gathered)  # (N, T_max) for the record and below
         if self.args.gtpo_enabled and self.args.conflict_correction:  # what λ does to shared tokens (docs/metrics.md)
-            lam = loss_options.applied_lambda(self.args, gathered)  # (N, T_max)
-            push = core.push_against_group(*rows, *sided, lam)  # ()
+            push = core.push_against_group(*rows, *sided, gathered["lambda"])  # ()
             self._metrics[mode]["gtpo/push_against_group"].append(float(push))
         return gathered
 
