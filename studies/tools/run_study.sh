@@ -164,22 +164,12 @@ case $name in
               --seeds 400 401 402 403 404 405 406 407 408 409 410 411 412 413 414 415 416 417 418 419
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
-    smollm2-two-step-g-repro)
-        # Exploratory (no registration): before a screen reuses G's runs as its comparison, one G run re-run on the
-        # CPU at hand. G's code commit (code-commit written before the first start), G's recipe and settings, the one
-        # seed 417 (a seed where GTPO locked into the single-equation opening), gtpo only, G's held-out evaluation.
-        # Its metrics.jsonl and eval/ are compared with G's gtpo/seed417 step by step.
-        recipe=$pinned_recipe
-        pinned_from=recipes/smollm2/two-step/gtpo.yaml
-        args=(--recipe "$recipe" --variant 'gtpo:'
-              --seeds 417
-              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
-              -- --max_steps 40 --dtype float32) ;;
-    smollm2-two-step-h-screen-control)
-        # Exploratory (no registration): the screen below compares its variant with G's committed runs, which ran at
-        # G's code commit; this run checks that the screen's code commit (code-commit, the same as the screen's)
-        # repeats G's gtpo/seed417 (G's recipe and settings, G's held-out evaluation), so that the screen's
-        # difference from G's runs is the variant's and not the code's.
+    smollm2-two-step-g-repro|smollm2-two-step-h-screen-control)
+        # Exploratory (no registration): G's gtpo/seed417 again, with G's recipe and settings and G's held-out
+        # evaluation, so that the screen below may use G's committed runs as its comparison. g-repro at G's code commit
+        # (code-commit written before its first start): do G's runs repeat on the CPU at hand? h-screen-control at the
+        # screen's code commit: is the screen's difference from G's runs the variant's and not the code's? Each run's
+        # metrics.jsonl and eval/ are compared with G's gtpo/seed417 (docs/studies/lockin.md).
         recipe=$pinned_recipe
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'gtpo:'
