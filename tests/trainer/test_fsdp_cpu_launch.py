@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_trainer_distributed import _ENV, WORKER, _assert_same_rows_and_update, _records, _two_ranks_command  # noqa: E402
+from test_trainer_distributed import _ENV, WORKER, _assert_same_rows_and_update, _free_port, _records  # noqa: E402
 
 FSDP_CONFIG = Path(__file__).parents[2] / "configs" / "accelerate" / "fsdp.yaml"
 START_UP_LINE = (
@@ -49,8 +49,20 @@ def _one_process(out: Path) -> None:
 def _launch_two_ranks(out: Path, *worker_options: str) -> str:
     """`accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 2` (no `--cpu`: it would start
     one process; use_cpu=True in the worker's GTPOConfig gives two CPU ranks on gloo)."""
+    launcher = [
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(FSDP_CONFIG),
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+    ]
     done = subprocess.run(
-        _two_ranks_command(FSDP_CONFIG, out, *worker_options),
+        [sys.executable, *launcher, str(WORKER), str(out), "--per-device", "3", *worker_options],
         env={**os.environ, **_ENV},
         capture_output=True,
         text=True,

@@ -35,29 +35,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks_command(config: Path, out: Path, *worker_options: str) -> list[str]:
-    """`accelerate launch` of the worker on two CPU ranks of one machine under ``config``: no `--cpu` (accelerate
-    would run one process; multi-CPU needs mpirun), use_cpu=True in the worker's GTPOConfig gives two ranks on gloo."""
-    return [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(config),
-        "--num_processes",
-        "2",
-        "--mixed_precision",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        str(WORKER),
-        str(out),
-        "--per-device",
-        "3",
-        *worker_options,
-    ]
-
-
 def _run(command: list[str], out: Path) -> list[dict]:
     done = subprocess.run(command, env={**os.environ, **_ENV}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
@@ -128,7 +105,29 @@ def test_split_across_ranks_equals_single_process(tmp_path, single_process, loss
     double_out = tmp_path / "two"
     loss = ["--loss-type", loss_type]
     single_out, single = single_process(loss_type)
-    double = _run(_two_ranks_command(DDP_CONFIG, double_out, *loss), double_out)  # the shipped DDP config, on CPU
+    # The shipped DDP config, on CPU: `--cpu` would make accelerate run one process (multi-CPU needs
+    # mpirun), while the DDP launcher with use_cpu=True in GTPOConfig gives two CPU ranks on gloo.
+    double = _run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(DDP_CONFIG),
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "no",
+            "--main_process_port",
+            str(_free_port()),
+            str(WORKER),
+            str(double_out),
+            "--per-device",
+            "3",
+            *loss,
+        ],
+        double_out,
+    )
     assert json.loads((double_out / "rank1.json").read_text())["world_size"] == 2
     # ⟨H⟩_ini over 5 prompts spread over 2 ranks (one padding repeat, weight 0) = over 5 prompts in one.
     measured = [
