@@ -137,6 +137,8 @@ def main(argv=None) -> None:
         if steady is not None:
             step["steady replayed graph"] = steady
         line = ", ".join(f"{arm} {1e3 * s:.2f} ms" for arm, s in step.items())
+        if steady is None:
+            line += f", steady replayed graph not measured (under {MIN_STEADY_STEPS} steps between the two decodes)"
         against = "; ".join(floor_ratio_text(arm, s, floor, "the floor") for arm, s in step.items())
         printed.append(against)
         # With the global generator the graph draws from the same distribution, not the same numbers, as eager.
@@ -163,17 +165,24 @@ def profile_decode(run, device: torch.device, what: str) -> None:
     print(table.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
 
 
+MIN_STEADY_STEPS = 16
+"""Fewest steps between the full and the half decode for the steady step to be read from their difference: over a
+handful of steps the difference of two timings is their noise (a CPU smoke run at 4 tokens gave -0.12 ms a step, under
+the floor), so the figure is not given rather than printed as a measurement bug it is not."""
+
+
 def steady_step(full: list[tuple[float, int]], half: list[tuple[float, int]]) -> float | None:
     """The median over repetitions of (full decode - half decode) / (their step difference), from the second
-    repetition on when there are several (the first captures both graphs); None where the step counts are equal
-    (every row ended as early in both: nothing to difference).
+    repetition on when there are several (the first captures both graphs); None where the step counts differ by
+    fewer than :data:`MIN_STEADY_STEPS` (rows that ended as early in both, or a smoke run of a few tokens: nothing
+    to difference, or only noise).
 
     Args:
         full, half: (seconds, steps) of each repetition's call, in order.
     """
     pairs = list(zip(full, half, strict=True))
     warm = pairs[1:] if len(pairs) > 1 else pairs
-    per_step = [(tf - th) / (sf - sh) for (tf, sf), (th, sh) in warm if sf != sh]
+    per_step = [(tf - th) / (sf - sh) for (tf, sf), (th, sh) in warm if sf - sh >= MIN_STEADY_STEPS]
     return statistics.median(per_step) if per_step else None
 
 
