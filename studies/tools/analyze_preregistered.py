@@ -14,6 +14,8 @@ With the project's interpreter (.venv/bin/python):
     python studies/tools/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f  # study F: guard vs GRPO
     python studies/tools/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
     python studies/tools/analyze_preregistered.py g studies/smollm2-two-step-g  # study G: two-step task
+    python studies/tools/analyze_preregistered.py h studies/smollm2-two-step-h  # study H: the common-prefix variant
+    python studies/tools/analyze_preregistered.py h-screen studies/smollm2-two-step-h-screen studies/smollm2-two-step-g
     python studies/tools/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
     python studies/tools/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
@@ -742,6 +744,152 @@ def study_g(study: Path, arms: tuple[str, str] = G_ARMS, max_steps: int = G_STEP
     return result
 
 
+H_ARMS = (
+    "gtpo",
+    "common-prefix",
+    "grpo",
+)  # study H (issue 56): Eq. 5, Eq. 5 with the common prefix left to the group, GRPO
+H_PAIRS_CHOICES = (20, 24, 30)  # the pairs H may register, chosen by h_pairs from the screen's SD
+H_EFFECT = 15.0  # points of held-out pass@1 that H's n must detect with 80 % power
+H_SD_FLOOR = 20.0  # the SD H's n assumes at least (the screen has 13 pairs: its SD is itself uncertain)
+H_LOCKIN_SHARE = 0.8  # a run locks in when at least this share of its recorded completions, steps 21-30, open so
+H_LOCKIN_STEPS = (21, 30)
+H_FAILED_BELOW = 11.0  # held-out pass@1 (points) under which a run failed, G's seven low seeds' bound
+H_SCREEN_SEEDS = (404, 401, 417, 402, 407, 403, 410, 406, 418, 408, 400, 409, 405)  # G's seven low seeds first
+
+
+def h_pairs(screen_sd: float) -> int:
+    """Study H's number of seeds, by its PREREGISTRATION.md's rule: the smallest of H_PAIRS_CHOICES at which the
+    two-sided paired t-test (alpha 0.05) has 80 % power for an H_EFFECT-point difference at SD max(screen_sd,
+    H_SD_FLOOR); the largest where none has."""
+    sd = max(float(screen_sd), H_SD_FLOOR)
+    for n in H_PAIRS_CHOICES:
+        if detectable_effect(sd, n) <= H_EFFECT:
+            return n
+    return H_PAIRS_CHOICES[-1]
+
+
+def h_screen(screen: Path, g: Path, arm: str = "common-prefix") -> dict:
+    """The screen for study H (exploratory): the variant's held-out pass@1 at each screen seed against study G's
+    gtpo and grpo runs at the same seed (G repeats bit for bit on the screen's code: its control), the paired
+    differences with their SD, and the n H registers from it (``h_pairs``). Seeds where any of the three is not
+    evaluated are left out and listed."""
+    scores = {
+        arm: {s: pass_at_1(screen / "runs" / arm / f"seed{s}") for s in _seeds(screen, arm)},
+        **{a: {s: pass_at_1(g / "runs" / a / f"seed{s}") for s in _seeds(g, a)} for a in G_ARMS},
+    }
+    seeds = [s for s in H_SCREEN_SEEDS if all(scores[a].get(s) is not None for a in scores)]
+    result = {"seeds": seeds, "missing": [s for s in H_SCREEN_SEEDS if s not in seeds],
+              "pass@1": {a: {s: scores[a][s] for s in seeds} for a in scores}}  # fmt: skip
+    for first, second in ((arm, "grpo"), (arm, "gtpo"), ("gtpo", "grpo")):
+        diffs = [scores[first][s] - scores[second][s] for s in seeds]
+        key = f"{first} - {second}"
+        result[key] = {"differences": diffs, **(mean_interval(diffs).as_dict() if len(diffs) >= 2 else {})}
+        if len(diffs) >= 2:
+            result[key]["sd"] = sample_std(diffs)
+    for a in scores:
+        result[f"{a} below {H_FAILED_BELOW:g}"] = [s for s in seeds if scores[a][s] < H_FAILED_BELOW]
+    if len(seeds) >= 2:
+        sd = result[f"{arm} - grpo"]["sd"]
+        used = max(sd, H_SD_FLOOR)
+        detectable = {n: detectable_effect(used, n) for n in H_PAIRS_CHOICES}
+        result["h_pairs"] = {"screen_sd": sd, "sd_used": used, "n": h_pairs(sd), "detectable": detectable}
+    return result
+
+
+def _tools_module(name: str):
+    """studies/tools/<name>.py as a module (studies/tools/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lockin_share(run: Path, steps: tuple[int, int] = H_LOCKIN_STEPS) -> float | None:
+    """The share of a run's recorded completions in steps ``steps`` (inclusive) whose reasoning opens with a single
+    equation (`lockin_tokens.single_equation_opening` > 0: three numbers before the first "="); None while the run
+    has no record of those steps."""
+    from gtpo.runs import completions as records
+
+    opening = _tools_module("lockin_tokens").single_equation_opening
+    single = total = 0
+    for step in records.recorded_steps(run):
+        if steps[0] <= step <= steps[1]:
+            for tokens in records.read_step(run, step)["columns"]["completion_tokens"]:
+                single += opening(list(tokens)) > 0
+                total += 1
+    return single / total if total else None
+
+
+def no_progress_step(run: Path) -> int | None:
+    """The first step at which the run's own training log (``metrics.jsonl``) has ``monitor/no_progress`` on: the
+    warning as the pinned code computed it while training, so its rule is the pinned commit's; None if never."""
+    on = [step for step, row in sorted(_steps(run / "metrics.jsonl").items()) if row.get("monitor/no_progress")]
+    return on[0] if on else None
+
+
+def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
+    """Study H, as its PREREGISTRATION.md registers it: the primary outcome (study D's computation on
+    common-prefix - grpo: the paired held-out pass@1 difference with its 95 % t-interval, two-sided) and the
+    registered secondaries: lock-in per run (share of single-equation openings over steps 21-30 >= 0.8) per arm with
+    McNemar's exact two-sided p, gtpo against common-prefix; gtpo - grpo and gtpo - common-prefix, paired; the
+    no-progress warning (as logged) against held-out pass@1 below 11 %, hits, misses and false alarms per arm; held-out
+    maj@k and pass@k for k = 2, 4, 8, length and cut share."""
+    gtpo, variant, grpo = arms
+    result = {"primary": study_d(study, (variant, grpo))}
+    for first, second in ((gtpo, grpo), (gtpo, variant)):
+        result[f"secondary {first} - {second}"] = study_d(study, (first, second))
+    locked = {arm: {} for arm in arms}
+    warned = {arm: {} for arm in arms}
+    scores = {arm: {} for arm in arms}
+    for arm in arms:
+        for seed in _seeds(study, arm):
+            run = study / "runs" / arm / f"seed{seed}"
+            if not _finished(run):
+                continue
+            if (share := lockin_share(run)) is not None:
+                locked[arm][seed] = share >= H_LOCKIN_SHARE
+            warned[arm][seed] = no_progress_step(run)
+            if (score := pass_at_1(run)) is not None:
+                scores[arm][seed] = score
+    pairs = sorted(set(locked[gtpo]) & set(locked[variant]))
+    b = sum(locked[gtpo][s] and not locked[variant][s] for s in pairs)
+    c = sum(locked[variant][s] and not locked[gtpo][s] for s in pairs)
+    result["secondary_lockin"] = {
+        "rule": f"single-equation share, steps {H_LOCKIN_STEPS[0]}-{H_LOCKIN_STEPS[1]}, >= {H_LOCKIN_SHARE}",
+        "locked_in": {arm: sorted(s for s, v in locked[arm].items() if v) for arm in arms},
+        "runs": {arm: len(locked[arm]) for arm in arms},
+        "pairs": len(pairs),
+        f"discordant {gtpo} only, {variant} only": [b, c],
+        "p_two_sided_mcnemar": min(1.0, 2 * min(mcnemar_exact(b, c), mcnemar_exact(c, b))) if pairs else None,
+    }
+    warning = {}
+    for arm in arms:
+        judged = sorted(set(warned[arm]) & set(scores[arm]))
+        failed = {s for s in judged if scores[arm][s] < H_FAILED_BELOW}
+        on = {s for s in judged if warned[arm][s] is not None}
+        warning[arm] = {"runs": len(judged), "failed": sorted(failed), "hits": sorted(failed & on),
+                        "misses": sorted(failed - on), "false_alarms": sorted(on - failed),
+                        "first_steps": {s: warned[arm][s] for s in sorted(on)}}  # fmt: skip
+    result["secondary_no_progress_warning"] = warning
+    heldout_k = {}
+    for kind in ("pass@k", "maj@k"):
+        for k in ("2", "4", "8"):
+            values = {arm: {} for arm in arms}
+            for arm in arms:
+                for seed in _seeds(study, arm):
+                    try:
+                        values[arm][seed] = 100 * float(_eval_results(study / "runs" / arm / f"seed{seed}")[kind][k])
+                    except (KeyError, ValueError, TypeError):
+                        continue
+            heldout_k[f"{kind[:-2]}@{k}"] = _per_arm_and_paired(values, (variant, grpo))
+    result["secondary_heldout_k"] = heldout_k
+    result["secondary_heldout"] = heldout(study, (variant, grpo))
+    return result
+
+
 E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
 E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
 
@@ -788,9 +936,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "what",
-        choices=("c", "d", "e", "f", "g", "power", "runs", "seeds", "heldout", "e-secondary", "f-subgroups"),
+        choices=(
+            "c",
+            "d",
+            "e",
+            "f",
+            "g",
+            "h",
+            "h-screen",
+            "power",
+            "runs",
+            "seeds",
+            "heldout",
+            "e-secondary",
+            "f-subgroups",
+        ),
     )
-    parser.add_argument("study", nargs="?", type=Path, help="the study folder (for c, d, e, f, runs, seeds, heldout)")
+    parser.add_argument(
+        "study", nargs="?", type=Path, help="the study folder (for c, d, e, f, g, h, runs, seeds, heldout)"
+    )
+    parser.add_argument(
+        "g_study", nargs="?", type=Path, help="with h-screen: study G's folder (its gtpo and grpo runs)"
+    )
     parser.add_argument(
         "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
     )
@@ -803,6 +970,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.study is None:
         parser.error(f"{args.what} needs the study folder")
+    if args.what == "h-screen":
+        if args.g_study is None:
+            parser.error("h-screen needs the screen's folder and study G's: h-screen SCREEN G")
+        print(json.dumps(h_screen(args.study, args.g_study), indent=2))
+        return 0
     if args.what == "runs":
         print("\n".join(runs_table(args.study)))
         return 0
@@ -812,7 +984,7 @@ def main(argv: list[str] | None = None) -> int:
     if arms:  # e or heldout on two other arms
         print(json.dumps((study_e if args.what == "e" else heldout)(args.study, arms), indent=2))
         return 0
-    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "g": study_g, "heldout": heldout,
+    result = {"c": study_c, "d": study_d, "e": study_e, "f": study_f, "g": study_g, "h": study_h, "heldout": heldout,
               "e-secondary": study_e_registered_secondary, "f-subgroups": study_f_first_group_subgroups}[args.what](
         args.study
     )  # fmt: skip

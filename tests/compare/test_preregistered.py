@@ -561,3 +561,103 @@ def test_a_run_evaluated_on_two_tasks_is_refused(tmp_path):
         (run / "eval" / task / "results.json").write_text("{}")
     with pytest.raises(SystemExit, match="several tasks"):
         analysis.pass_at_1(run)
+
+
+# ------------------------------------------------------------------------------------------------------ study H
+
+SINGLE = ["<reasoning>\n", "9", " +", " 8", " -", " 3", " =", " 14", "."]  # three numbers before the first "="
+STEPWISE = ["<reasoning>\n", "9", " +", " 8", " =", " 17", ".", " 17 - 3 = 14."]  # two
+
+
+def _h_run(study: Path, arm: str, seed: int, pass1: float, single: int, warned_at: int | None,
+           maj8: float = 0.5) -> None:  # fmt: skip
+    """A finished study-H run: 40 logged steps with ``monitor/no_progress`` on from ``warned_at``, a held-out
+    eval/two-step/results.json, and a completion record of 8 completions at each of steps 20-31 of which ``single``
+    open with a single equation in steps 21-30 (steps 20 and 31, outside the window, are all single-equation)."""
+    from gtpo.runs.completions import METADATA_FIELDS, write_step
+
+    metadata = {**dict.fromkeys(METADATA_FIELDS), "group_size": 8}  # lock-in reads the tokens only
+
+    run = study / "runs" / arm / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    rows = [
+        {"step": t, "completions/clipped_ratio": 0.0, "monitor/no_progress": float(t >= (warned_at or 99))}
+        for t in range(1, 41)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held_out = run / "eval" / "two-step"
+    held_out.mkdir(parents=True)
+    results = {"pass@k": {"1": pass1, "2": pass1, "4": pass1, "8": pass1}, "maj@k": {"2": maj8, "4": maj8, "8": maj8}}
+    (held_out / "results.json").write_text(json.dumps(results))
+    for step in range(20, 32):
+        count = single if 21 <= step <= 30 else 8
+        write_step(run, step, {"completion_tokens": [SINGLE] * count + [STEPWISE] * (8 - count)}, metadata)
+
+
+def test_h_pairs_follows_the_registered_rule():
+    """H's n (its PREREGISTRATION.md): the smallest of 20, 24, 30 pairs at which the paired t-test detects 15 points
+    with 80 % power at SD max(screen SD, 20); 30 where none does. Detectable effects by the script's noncentral t
+    (checked against the registration's quoted 13.2 / 11.9 at SD 20 and 15.9 at 30 pairs, SD 30.03): SD 20 or less
+    -> 20 pairs (13.2); SD 22 -> 20 (14.5); SD 24 -> 24 (20 pairs 15.9, 24 pairs 14.3); SD 27 -> 30 (24 pairs 16.1,
+    30 pairs 14.3); SD 30 or more -> 30 (none reach 15)."""
+    assert round(analysis.detectable_effect(20, 20), 1) == 13.2 and round(analysis.detectable_effect(20, 24), 1) == 11.9
+    assert round(analysis.detectable_effect(30.03, 30), 1) == 15.9
+    assert [analysis.h_pairs(sd) for sd in (5, 20, 22, 24, 27, 30, 45)] == [20, 20, 20, 24, 30, 30, 30]
+
+
+def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tmp_path):
+    """Study H: the primary is D's computation on common-prefix - grpo; by hand, pass@1 (points) common-prefix 40 and
+    30, grpo 35 and 40: differences +5 and -10, mean -2.5, s = sqrt(112.5), half-width 12.706 * s / sqrt(2) = 95.3.
+    Lock-in (>= 0.8 of steps 21-30's completions single-equation; steps 20 and 31 do not count): gtpo 7/8 and 8/8 ->
+    both locked, common-prefix 6/8 and 1/8 -> neither, grpo 0/8 -> neither; McNemar two-sided on 2 discordant pairs
+    (both gtpo only): 2 x P(B >= 2) = 0.5. The warning as logged against pass@1 < 11: gtpo at seed 1 (5 points, warned
+    at 17) a hit, at seed 2 (8 points, never warned) a miss; grpo at seed 1 (35, warned at 20) a false alarm."""
+    study = tmp_path / "h"
+    _h_run(study, "gtpo", 1, 0.05, 7, 17)
+    _h_run(study, "gtpo", 2, 0.08, 8, None)
+    _h_run(study, "common-prefix", 1, 0.40, 6, None, maj8=0.6)
+    _h_run(study, "common-prefix", 2, 0.30, 1, None, maj8=0.4)
+    _h_run(study, "grpo", 1, 0.35, 0, 20, maj8=0.3)
+    _h_run(study, "grpo", 2, 0.40, 0, None, maj8=0.3)
+    result = analysis.study_h(study)
+    primary = result["primary"]
+    assert primary["seeds"] == [1, 2] and primary["differences"] == pytest.approx([5.0, -10.0])
+    half = 12.706 * math.sqrt(112.5) / math.sqrt(2)
+    assert primary["mean"] == pytest.approx(-2.5)
+    assert (primary["low"], primary["high"]) == (
+        pytest.approx(-2.5 - half, abs=1e-2),
+        pytest.approx(-2.5 + half, abs=1e-2),
+    )
+    assert result["secondary gtpo - grpo"]["differences"] == pytest.approx([-30.0, -32.0])
+    assert result["secondary gtpo - common-prefix"]["differences"] == pytest.approx([-35.0, -22.0])
+    lockin = result["secondary_lockin"]
+    assert lockin["locked_in"] == {"gtpo": [1, 2], "common-prefix": [], "grpo": []}
+    assert lockin["discordant gtpo only, common-prefix only"] == [2, 0]
+    assert lockin["p_two_sided_mcnemar"] == pytest.approx(0.5)
+    warning = result["secondary_no_progress_warning"]
+    assert warning["gtpo"]["hits"] == [1] and warning["gtpo"]["misses"] == [2] and warning["gtpo"]["false_alarms"] == []
+    assert warning["gtpo"]["first_steps"] == {1: 17}
+    assert warning["grpo"]["false_alarms"] == [1] and warning["common-prefix"]["failed"] == []
+    maj8 = result["secondary_heldout_k"]["maj@8"]
+    assert maj8["common-prefix"]["mean"] == pytest.approx(50.0) and maj8["common-prefix - grpo"][
+        "mean"
+    ] == pytest.approx(20.0)
+    assert analysis.lockin_share(study / "runs" / "gtpo" / "seed1") == pytest.approx(7 / 8)
+
+
+def test_h_screen_pairs_the_variant_with_study_gs_runs_and_gives_hs_n(tmp_path):
+    """The screen's comparison: the variant at each screen seed against G's gtpo and grpo at the same seed; seeds
+    with a missing evaluation are listed, not used; n from h_pairs of the SD of variant - grpo. By hand, at seeds
+    404 and 401: variant 30, 20; grpo 10, 40; gtpo 5, 45 points: differences +20, -20, SD sqrt(800) = 28.3 -> 30."""
+    screen, g = tmp_path / "screen", tmp_path / "g"
+    for seed, variant, grpo, gtpo in ((404, 0.30, 0.10, 0.05), (401, 0.20, 0.40, 0.45)):
+        _run(screen, "common-prefix", seed, [0.0], eval_pass1=variant)
+        _run(g, "grpo", seed, [0.0], eval_pass1=grpo)
+        _run(g, "gtpo", seed, [0.0], eval_pass1=gtpo)
+    _run(g, "grpo", 417, [0.0], eval_pass1=0.5)  # the variant has no run at 417 yet
+    result = analysis.h_screen(screen, g)
+    assert result["seeds"] == [404, 401] and 417 in result["missing"]
+    assert result["common-prefix - grpo"]["differences"] == pytest.approx([20.0, -20.0])
+    assert result["h_pairs"]["screen_sd"] == pytest.approx(math.sqrt(800)) and result["h_pairs"]["n"] == 30
+    assert result["gtpo below 11"] == [404] and result["common-prefix below 11"] == []
