@@ -10,6 +10,7 @@ GTPO's temperature-1 entropy, `benchmarks/bench_head.py` (docs/performance.md ha
     python benchmarks/bench_step.py --model qwen1.5b-shape --device cuda   # GPU: Qwen2.5-1.5B shape, G=8, 1024 tokens
     python benchmarks/bench_step.py --model tiny --temperature 0.7   # + GTPO's temperature-1 entropy pass
     python benchmarks/bench_step.py --model tiny --option loss_type=cispo   # a GRPOConfig option in both arms
+    python benchmarks/bench_step.py --model smollm2 --generations 8 --completion-length 96 --profile-generation
 
 At a sampling `--temperature` other than 1, GTPO's entropies (Eq. 6-7) are the model's own, temperature 1,
 which costs a second pass of the LM head (not of the model) over the same hidden states
@@ -93,6 +94,12 @@ def parse_args(argv=None):
         metavar="KEY=VALUE",
         help="a GRPOConfig option set in both arms (repeatable; VALUE read as YAML), e.g. delta=2.0, "
         "loss_type=cispo, importance_sampling_level=sequence, top_entropy_quantile=0.2, beta=0.04",
+    )
+    parser.add_argument(
+        "--profile-generation",
+        action="store_true",
+        help="after the timing, run each arm alone once more and print torch.profiler's table of its last step's "
+        "generation (where generation's time goes, against its weight-read floor); the timing lines are unchanged",
     )
     parser.add_argument("--child", choices=("gtpo", "grpo", "paired"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -349,12 +356,38 @@ def run_single(options) -> dict:
 
     model, tokenizer = _build_model(options.model, options.device)
     trainer = _make_trainer(options, options.child, model, tokenizer, [ResetPeak()])
+    profiled = _profile_last_generation(trainer, options) if options.profile_generation else None
     trainer.train()
+    if profiled is not None:
+        return {"generation_profile": profiled["table"], "generation_s": profiled["seconds"]}
     if options.device == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(), "cuda max_memory_allocated"
     else:
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak RSS"
     return {"step_times": _step_times(trainer, options.warmup), "peak_memory_bytes": peak, "memory_kind": kind}
+
+
+def _profile_last_generation(trainer, options) -> dict:
+    """Wrap ``trainer``'s `_generate_single_turn` so that its first call in the last step runs under torch.profiler;
+    the returned dict gets that call's ``table`` (host ops by self time; on CUDA by device time first) and its
+    wall ``seconds`` (profiled, so slower than a timed step's) once training has run."""
+    from floors import profile_ops
+
+    generate, out = trainer._generate_single_turn, {}
+
+    def wrapper(*args, **kwargs):
+        if trainer.state.global_step != trainer.args.max_steps - 1 or out:
+            return generate(*args, **kwargs)
+        result = []
+        start = time.perf_counter()
+        averages = profile_ops(lambda: result.append(generate(*args, **kwargs)), options.device)
+        out["seconds"] = time.perf_counter() - start
+        sort = "self_cuda_time_total" if options.device == "cuda" else "self_cpu_time_total"
+        out["table"] = averages.table(sort_by=sort, row_limit=20, max_name_column_width=60)
+        return result[0]
+
+    trainer._generate_single_turn = wrapper
+    return out
 
 
 def run_paired(options) -> dict:
@@ -466,6 +499,8 @@ def _child(options, child: str, out: Path, env: dict, first: str = "gtpo") -> di
         "--temperature",
         str(options.temperature),
     ]
+    if options.profile_generation and child != "paired":
+        command.append("--profile-generation")
     for flag, value in (
         ("--threads", options.threads),
         ("--completion-length", options.completion_length),
@@ -512,10 +547,11 @@ def main(argv=None) -> None:
         f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
+    timing = argparse.Namespace(**{**vars(options), "profile_generation": False})  # the timed children: no profiler
     with tempfile.TemporaryDirectory() as tmp:
         memory = {}
         for child in ("gtpo", "grpo"):
-            memory[child] = _child(options, child, Path(tmp) / f"{child}.json", env)
+            memory[child] = _child(timing, child, Path(tmp) / f"{child}.json", env)
             print(
                 f"{child} alone: peak memory {memory[child]['peak_memory_bytes'] / 2**20:.1f} MiB "
                 f"({memory[child]['memory_kind']}), step_time {_fmt(memory[child]['step_times'])} s, "
@@ -569,6 +605,12 @@ def main(argv=None) -> None:
     # Each GTPO step against the GRPO step next to it in time: robust to drift in machine load.
     ratio_time = statistics.median(g / r for g, r in zip(times["gtpo"], times["grpo"], strict=False))
     ratio_memory = memory["gtpo"]["peak_memory_bytes"] / memory["grpo"]["peak_memory_bytes"]
+    if options.profile_generation:  # after the timing: each arm alone once more, its last step's generation profiled
+        with tempfile.TemporaryDirectory() as tmp:
+            for arm in ("gtpo", "grpo"):
+                profiled = _child(options, arm, Path(tmp) / f"profile-{arm}.json", env)
+                print(f"profile of {arm}'s generation in its last step ({profiled['generation_s']:.3f} s profiled):")
+                print(profiled["generation_profile"])
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"gtpo/grpo step time ratio {ratio_time:.3f}, peak memory ratio {ratio_memory:.3f}")
     if any_bug(against):

@@ -326,3 +326,36 @@ def test_decode_benchmark_compiled_arm_decodes_through_the_compiled_model(capsys
     out = capsys.readouterr().out
     assert re.search(r"compiled-graph [\d.]+ ms", out), out
     assert "compiled graph tokens == graph tokens: True" in out
+
+
+# ------------------------------------------------------------------------------------- the generation profile
+
+
+def test_step_benchmark_profiles_only_the_first_generation_of_the_last_step():
+    """`bench_step.py --profile-generation` profiles one generation: the first call in the last step (global_step
+    max_steps - 1; an earlier call, GTPO's initial-entropy pass at step 0 or a second call in that step, runs plain),
+    returns what the wrapped method returns, and its table names the ops the call ran; the timed children never
+    take the flag (parse_args default False)."""
+    from types import SimpleNamespace
+
+    import bench_step
+
+    calls = []
+
+    def generate(ids):
+        calls.append(ids)
+        return torch.ones(4, 4) @ torch.full((4, 4), float(ids))
+
+    trainer = SimpleNamespace(_generate_single_turn=generate, state=SimpleNamespace(global_step=0),
+                              args=SimpleNamespace(max_steps=3))  # fmt: skip
+    out = bench_step._profile_last_generation(trainer, SimpleNamespace(device="cpu"))
+    seen = []
+    for step, ids in ((0, 1), (1, 2), (2, 3), (2, 4)):
+        trainer.state.global_step = step
+        assert torch.equal(trainer._generate_single_turn(ids), torch.full((4, 4), 4.0 * ids))
+        assert ("table" in out) == (step == 2), step
+        seen.append(dict(out))
+    assert calls == [1, 2, 3, 4] and out["seconds"] > 0
+    assert seen[3] == seen[2]  # the second call of the last step left the profile as the first made it
+    assert "aten::mm" in out["table"] and "Self CPU" in out["table"]
+    assert bench_step.parse_args(["--model", "smollm2"]).profile_generation is False
