@@ -14,6 +14,11 @@ and every later token was written one slot past its mask column (the replayed sc
 differed from the eager ones by up to 0.13). Here the loop sets the position before every forward, so running a
 step twice (warm-up, then replay) writes the same keys and values to the same slot.
 
+With the counter-based sampler (`sampling.counter_choice`) the draw is part of the recorded step: the forward, the
+warpers and the draw replay as one graph that returns the tokens, no host work between them. Its noise is keyed on the
+draw's index, which the step computes from the write position (the loop's, set before each step) plus an offset set
+once a call, for the reason above: a step run twice draws the same token. Other samplers draw after each step.
+
 Every prompt row is prefilled (a group's rows are not shared as `decode` shares them): the prefill is a small part of
 a GPU decode. Off a GPU, or with ``use_graph=False``, the same steps run eagerly; the CPU tests hold this path's
 tokens to `decode`'s for the same seeds, also through a stand-in that runs each captured step twice
@@ -23,13 +28,14 @@ tokens to `decode`'s for the same seeds, also through a stand-in that runs each 
 from __future__ import annotations
 
 import functools
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
 
-from gtpo.decoding.sampling import Choose, DecodeStats, left_pad
+from gtpo.decoding.sampling import Choose, CounterChoice, DecodeStats, counter_draw, left_pad
 
 
 @functools.cache
@@ -131,30 +137,79 @@ def graph_recorder(device: torch.device) -> Callable | None:
 
 class _Step:
     """One decoding step with fixed shapes, fed through buffers rewritten in place; from the third step on, run
-    through ``recorder(forward)`` (a :class:`CudaGraph` on CUDA) when one is given, else eagerly."""
+    through ``recorder(forward)`` (a :class:`CudaGraph` on CUDA) when one is given, else eagerly. With ``draw``
+    (float32 logits (B, V) -> tokens (B,)) the step returns the drawn tokens, the draw recorded with the forward;
+    without, the logits in float32."""
 
-    def __init__(self, model, cache, mask: torch.Tensor, recorder):
+    def __init__(self, model, cache, mask: torch.Tensor, recorder, draw: Callable | None = None):
         rows, device = mask.shape[0], mask.device
         # The model weakly: the kept steps of :func:`_buffers_for` must not keep their model alive.
         self.model_ref, self.cache, self.mask = weakref.ref(model), cache, mask
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.recorder, self.recorded, self.calls = recorder, None, 0
+        self.recorder, self.recorded, self.calls, self.draw = recorder, None, 0, draw
+        self.captures, self.capture_seconds = 0, 0.0  # steps recorded and the seconds that took, since made
 
     def forward(self) -> torch.Tensor:
         out = self.model_ref()(
             input_ids=self.tokens, attention_mask=self.mask, position_ids=self.positions, past_key_values=self.cache,
             use_cache=True, logits_to_keep=1,
         )  # fmt: skip
-        return out.logits[:, -1]
+        logits = out.logits[:, -1]
+        return logits if self.draw is None else self.draw(logits.float())
+
+    def _record(self) -> Callable[[], torch.Tensor]:
+        """``recorder(forward)``, timed: on CUDA between two synchronisations, so the seconds are the warm-up step's and
+        the capture's, not whatever was queued before."""
+        device = self.mask.device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        recorded = self.recorder(self.forward)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.captures += 1
+        self.capture_seconds += time.perf_counter() - start
+        return recorded
 
     def __call__(self) -> torch.Tensor:
         self.calls += 1
         if self.recorder is None or self.calls <= 2:  # two eager steps first (lazy initialisations, kernel choice)
-            return self.forward().float()
-        if self.recorded is None:
-            self.recorded = self.recorder(self.forward)
-        return self.recorded().float()
+            out = self.forward()
+        else:
+            if self.recorded is None:
+                self.recorded = self._record()
+            out = self.recorded()
+        return out if self.draw is not None else out.float()
+
+
+# Processors a recorded step may apply before its draw: they read the scores alone (not the tokens so far, whose shape
+# grows every step), launch the same kernels at every step and read nothing back to the host.
+GRAPH_SAFE_PROCESSORS = frozenset(
+    {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
+)
+
+
+def _processor_key(processor) -> tuple | None:
+    """What a graph-safe processor's recorded kernels depend on (its class and its scalar settings: a kept graph
+    replays them as recorded), or None where it is not graph-safe or holds anything else."""
+    if type(processor).__name__ not in GRAPH_SAFE_PROCESSORS:
+        return None
+    settings = sorted(vars(processor).items())
+    if not all(isinstance(value, (bool, int, float, str, type(None))) for _, value in settings):
+        return None
+    return (type(processor).__module__, type(processor).__qualname__, tuple(settings))
+
+
+def in_step_draw(choose: Choose, processors) -> tuple | None:
+    """Whether :func:`decode_static` records the draw inside the step: the key of that draw (what its kept graph
+    depends on: whether rows are keyed, each processor's and warper's class and settings, in the order they apply),
+    or None where the draw stays after the step (a sampler other than `sampling.CounterChoice`, or a processor or
+    warper outside :data:`GRAPH_SAFE_PROCESSORS`)."""
+    if not isinstance(choose, CounterChoice):
+        return None
+    keys = tuple(_processor_key(p) for p in (*(processors or ()), *choose.warpers))
+    return None if any(key is None for key in keys) else (choose.key_rows, keys)
 
 
 # How many shapes' buffers and captured graphs each model keeps (the least recently used goes first): each holds a
@@ -166,13 +221,30 @@ _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> Order
 
 class _Buffers:
     """What one shape's decoding reuses from call to call: the cache of the full length, its write position, the
-    full-width mask and the step (with its recorded graph, which reads exactly these tensors)."""
+    full-width mask and the step (with its recorded graph, which reads exactly these tensors). With ``transforms``
+    (the processors then the counter sampler's warpers, :func:`in_step_draw`) the step also draws, from the rows'
+    seeds and the draw's index offset, buffers set at each call."""
 
-    def __init__(self, model, batch: int, width: int, device: torch.device, recorder):
+    def __init__(self, model, batch: int, width: int, device: torch.device, recorder, transforms=None, key_rows=False):
         self.position = torch.zeros((), dtype=torch.long, device=device)  # where the next keys and values are written
         self.cache = fixed_cache(model, width, self.position)
         self.mask = torch.zeros(batch, width, dtype=torch.long, device=device)  # full width: shapes never change
-        self.step = _Step(model, self.cache, self.mask, recorder)
+        self.draws = transforms is not None
+        if self.draws:
+            self.transforms = tuple(transforms)
+            self.seeds = torch.zeros(batch, dtype=torch.long, device=device)  # each row's seed (the sampler's)
+            self.row_keys = torch.arange(batch, device=device) if key_rows else 0  # every row kept: its index
+            self.offset = torch.zeros((), dtype=torch.long, device=device)  # a step's draw index - its write position
+        self.step = _Step(model, self.cache, self.mask, recorder, self.step_draw if self.draws else None)
+
+    def draw_at(self, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """The tokens (B,) the counter sampler draws from ``logits`` (B, V) float32 at draw ``index`` (0-d)."""
+        return counter_draw(logits, self.seeds, self.row_keys, index, self.transforms)
+
+    def step_draw(self, logits: torch.Tensor) -> torch.Tensor:
+        """The recorded step's draw: the token after the one the step feeds, at its write position plus the offset.
+        From the position, not a counter the step advances: a step run twice (warm-up, replay) draws the same."""
+        return self.draw_at(logits, self.position + self.offset)
 
     def reset(self) -> None:
         """Back to the state of fresh buffers (zeros), in place: a recorded graph keeps reading the same memory."""
@@ -184,28 +256,32 @@ class _Buffers:
                 layer.values.zero_()
 
 
-def _reuse_key(model, batch: int, length: int, width: int, recorder) -> tuple:
-    """What a kept graph depends on: the shapes, the recorder, autocast, and the memory of every weight and buffer it
+def _reuse_key(model, batch: int, length: int, width: int, recorder, draw_key=None) -> tuple:
+    """What a kept graph depends on: the shapes, the recorder, autocast, the memory of every weight and buffer it
     reads (a graph replays reads of fixed addresses: `sampling.merged_lora` gives merged weights new tensors, so
-    a LoRA policy's graph is kept only while its merged weights land at the same addresses)."""
+    a LoRA policy's graph is kept only while its merged weights land at the same addresses), and the draw it records
+    (:func:`in_step_draw`'s key; None: none)."""
     tensors = [*model.parameters(), *model.buffers()]
     weights = tuple((t.data_ptr(), t.dtype) for t in tensors)
-    return (batch, length, width, recorder, torch.is_autocast_enabled(), weights)
+    return (batch, length, width, recorder, torch.is_autocast_enabled(), weights, draw_key)
 
 
-def _buffers_for(model, batch: int, length: int, width: int, device: torch.device, recorder) -> _Buffers:
-    """The kept buffers (and graph) of this shape, reset, or new ones (kept when a recorder is given: eager steps
-    have nothing worth keeping)."""
+def _buffers_for(
+    model, batch: int, length: int, width: int, device: torch.device, recorder, draw_key=None, transforms=None
+) -> _Buffers:
+    """The kept buffers (and graph) of this shape and draw, reset, or new ones (kept when a recorder is given: eager
+    steps have nothing worth keeping). ``draw_key``/``transforms``: :func:`in_step_draw`'s key and what it applies."""
+    key_rows = bool(draw_key and draw_key[0])
     if recorder is None:
-        return _Buffers(model, batch, width, device, None)
+        return _Buffers(model, batch, width, device, None, transforms, key_rows)
     kept = _kept.setdefault(model, OrderedDict())
-    key = _reuse_key(model, batch, length, width, recorder)
+    key = _reuse_key(model, batch, length, width, recorder, draw_key)
     if key in kept:
         kept.move_to_end(key)
         buffers = kept[key]
         buffers.reset()
         return buffers
-    buffers = _Buffers(model, batch, width, device, recorder)
+    buffers = _Buffers(model, batch, width, device, recorder, transforms, key_rows)
     kept[key] = buffers
     while len(kept) > KEPT_SHAPES:
         kept.popitem(last=False)
@@ -258,6 +334,12 @@ def decode_static(
             a model). With a recorder the loop asks whether every row has ended every :data:`END_CHECK_EVERY`
             steps, not every step (the same completions; the extra steps are fed padding).
 
+    With ``choose`` a `sampling.CounterChoice` and processors and warpers that read the scores alone
+    (:func:`in_step_draw`), each step draws its next token inside the recorded step (replayed, it returns the
+    tokens), keyed as the sampler keys it: the t-th token of every row at the sampler's step + t, whose counter is
+    advanced by the draws made when the call returns. ``stats`` also counts the steps recorded in this call and the
+    seconds that took (``captures``, ``capture_seconds``).
+
     Returns:
         B lists of token ids, each up to and including its first EOS, or ``max_new_tokens`` tokens.
     """
@@ -273,8 +355,16 @@ def decode_static(
         recorder = None
     elif recorder is None:
         recorder = graph_recorder(device)
-    buffers = _buffers_for(model, batch, length, width, device, recorder)
+    draw_key = in_step_draw(choose, processors)
+    transforms = None if draw_key is None else (*(processors or ()), *choose.warpers)
+    buffers = _buffers_for(model, batch, length, width, device, recorder, draw_key, transforms)
     position, cache, mask, step = buffers.position, buffers.cache, buffers.mask, buffers.step
+    captures, capture_seconds = step.captures, step.capture_seconds
+    if buffers.draws:  # the sampler's seeds and counter, copied where the recorded draw reads them (on the device)
+        choose.to(device)
+        buffers.seeds.copy_(choose.seeds[:batch])
+        # The step that writes position length + t draws token t + 1, at index start + t + 1 (start: the counter now).
+        buffers.offset.copy_(choose.step - (length - 1))
     mask[:, :length] = prompt_mask
     positions = (prompt_mask.cumsum(-1) - 1).masked_fill(prompt_mask == 0, 0)  # `generate`'s under left padding
     out = model(
@@ -294,22 +384,34 @@ def decode_static(
     check_every = END_CHECK_EVERY if recorder is not None else 1
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     steps = 0
+    drawn = None  # the tokens the last step drew inside itself (the counter sampler)
     for t in range(max_new_tokens):
-        scores = processors(sequences, logits) if processors else logits
-        tokens = choose(scores, rows).masked_fill(ended, int(pad_token_id))  # (B,) an ended row is fed padding
+        if drawn is not None:
+            tokens = drawn
+        elif buffers.draws:  # the first token, from the prefill's logits, at the sampler's counter
+            tokens = buffers.draw_at(logits, choose.step)
+        else:
+            scores = processors(sequences, logits) if processors else logits
+            tokens = choose(scores, rows)
+        tokens = tokens.masked_fill(ended, int(pad_token_id))  # (B,) an ended row is fed padding
         generated[:, t] = tokens
         steps += 1
         ended = ended | torch.isin(tokens, eos)
         if t == max_new_tokens - 1 or (steps % check_every == 0 and bool(ended.all())):
             break
-        if processors:  # only processors read the tokens so far
+        if processors and not buffers.draws:  # only processors read the tokens so far (not the graph-safe ones)
             sequences = torch.cat([sequences, tokens[:, None]], dim=1)
         # The step's inputs, written in place before it runs (a replayed graph reads these very tensors).
         step.tokens.copy_(tokens[:, None])
         step.positions.add_(1)
         position.fill_(length + t)
         mask[:, length + t] = 1
-        logits = step()
+        if buffers.draws:
+            drawn = step()
+        else:
+            logits = step()
+    if buffers.draws:
+        choose.step.add_(steps)  # the draws made, as many calls of the sampler would have advanced it
     completions = [until_eos(row, eos_token_ids) for row in generated[:, :steps].tolist()]
     if stats is not None:
         longest = max(len(c) for c in completions)
@@ -317,6 +419,7 @@ def decode_static(
             DecodeStats(
                 prefill_rows=batch, prompt_rows=batch, row_steps=steps * batch,
                 useful_row_steps=sum(len(c) for c in completions), generate_row_steps=longest * batch,
+                captures=step.captures - captures, capture_seconds=step.capture_seconds - capture_seconds,
             )
         )  # fmt: skip
     return completions
