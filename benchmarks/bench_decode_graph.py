@@ -26,7 +26,13 @@ whole decode over its steps, the median over the repetitions (the first compiles
 the line says whether its tokens equal the uncompiled graph's (fused kernels round differently, so they need not).
 
 Samplers (``--sampler``): ``per-row`` (`sampling.per_row_choice`, one seeded generator a row, as evaluation's
-per-sample seeds) and ``multinomial`` (`sampling.multinomial_choice`, training's draw on the global generator).
+per-sample seeds), ``multinomial`` (`sampling.multinomial_choice`, training's draw on the global generator) and
+``counter`` (`sampling.counter_choice`: noise hashed from seed, step and index on the device, the draw recorded inside
+the replayed step, so a replay returns the tokens).
+
+The capture's cost: each line ends with the seconds the graph arms spent recording their steps in the first
+repetition (`DecodeStats.capture_seconds`: the warm-up step and the capture, synchronised on both ends), one graph per
+shape (``static-graph`` and ``static-graph-half`` are two shapes), and none later (the graphs are kept).
 """
 
 from __future__ import annotations
@@ -56,9 +62,14 @@ def _model(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def _choose(sampler: str, seeds: list[int], device: torch.device):
-    from gtpo.decoding.sampling import multinomial_choice, per_row_choice
+    from gtpo.decoding.sampling import counter_choice, multinomial_choice, per_row_choice
 
+    if sampler == "counter":
+        return counter_choice(seeds, device=device)
     return per_row_choice(seeds, device=device) if sampler == "per-row" else multinomial_choice(True)
+
+
+SAMPLERS = ("per-row", "multinomial", "counter")
 
 
 def main(argv=None) -> None:
@@ -68,7 +79,11 @@ def main(argv=None) -> None:
     parser.add_argument("--prompt", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen1.5b")
-    parser.add_argument("--sampler", choices=("per-row", "multinomial"), default="per-row")
+    parser.add_argument(
+        "--sampler", choices=SAMPLERS, default="per-row",
+        help="per-row: a seeded generator a row (evaluation's default); multinomial: the global generator (training's);"
+        " counter: noise hashed from (seed, step, index), drawn inside the replayed step",
+    )  # fmt: skip
     parser.add_argument(
         "--compile", default=None, metavar="BACKEND",
         help="add the arm compiled-graph: the model's forward through torch.compile(backend=BACKEND) before capture",
@@ -80,7 +95,7 @@ def main(argv=None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     from gtpo.decoding.graph import decode_static
-    from gtpo.decoding.sampling import decode
+    from gtpo.decoding.sampling import DecodeStats, decode
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -95,20 +110,23 @@ def main(argv=None) -> None:
         f"{probe_bytes(weight_bytes) / 2**20:.0f} MiB); weights {weight_bytes / 1e9:.4g} GB, so one read of the "
         f"weights (the floor) {1e3 * floor:.3f} ms"
     )
+    stats: dict[str, DecodeStats] = {}  # each arm's, of the repetition running (the capture's cost)
     arms = {
         "decode": lambda p, s: decode(model, p, _choose(args.sampler, s, device), args.tokens, [0], 1),
         "static-eager": lambda p, s: decode_static(
             model, p, _choose(args.sampler, s, device), args.tokens, [0], 1, use_graph=False
         ),
-        "static-graph": lambda p, s: decode_static(model, p, _choose(args.sampler, s, device), args.tokens, [0], 1),
+        "static-graph": lambda p, s: decode_static(
+            model, p, _choose(args.sampler, s, device), args.tokens, [0], 1, stats=stats["static-graph"]
+        ),
         "static-graph-half": lambda p, s: decode_static(
-            model, p, _choose(args.sampler, s, device), args.tokens // 2, [0], 1
+            model, p, _choose(args.sampler, s, device), args.tokens // 2, [0], 1, stats=stats["static-graph-half"]
         ),
     }
     if args.compile:
         compiled = torch.compile(model, backend=args.compile, dynamic=False)
         arms["compiled-graph"] = lambda p, s: decode_static(
-            compiled, p, _choose(args.sampler, s, device), args.tokens, [0], 1
+            compiled, p, _choose(args.sampler, s, device), args.tokens, [0], 1, stats=stats["compiled-graph"]
         )
     watch = Stopwatch(device.type)
     printed = []
@@ -117,7 +135,9 @@ def main(argv=None) -> None:
         seeds = list(range(rows))
         calls = {name: [] for name in arms}  # (seconds, steps) of each call
         outputs = {}
-        for _ in range(args.reps):
+        captured = {}  # graph arm -> (steps recorded, seconds) in the first repetition
+        for rep in range(args.reps):
+            stats.update({arm: DecodeStats() for arm in arms})
             for arm, run in arms.items():
                 if args.sampler == "multinomial":  # the same global draws in every arm
                     torch.manual_seed(0)
@@ -126,6 +146,8 @@ def main(argv=None) -> None:
                 outputs[arm] = run(prompts, seeds)
                 end = watch.mark()
                 calls[arm].append((watch.seconds(start, end), max(len(c) for c in outputs[arm])))
+                if rep == 0 and stats[arm].captures:
+                    captured[arm] = (stats[arm].captures, stats[arm].capture_seconds)
         same = outputs["static-graph"] == outputs["static-eager"]
         compiled_same = outputs["compiled-graph"] == outputs["static-graph"] if args.compile else None
         step = {
@@ -142,16 +164,30 @@ def main(argv=None) -> None:
         against = "; ".join(floor_ratio_text(arm, s, floor, "the floor") for arm, s in step.items())
         printed.append(against)
         # With the global generator the graph draws from the same distribution, not the same numbers, as eager.
-        expected = "expected" if args.sampler == "per-row" else "not expected with the global generator"
+        expected = "expected" if args.sampler != "multinomial" else "not expected with the global generator"
         compiled_text = "" if compiled_same is None else f"; compiled graph tokens == graph tokens: {compiled_same}"
         print(
             f"{rows} rows, {args.tokens} tokens: a token step {line}; {against}; graph tokens == eager static "
-            f"tokens: {same} ({expected}){compiled_text}"
+            f"tokens: {same} ({expected}){compiled_text}; {capture_text(captured)}"
         )
     if args.profile:  # the graph of this shape is kept from the timing above, so this profiles replays, no capture
         profile_decode(lambda: arms["static-graph"](prompts, seeds), device, f"{rows} rows, {args.tokens} tokens")
     if any_bug(printed):
         sys.exit("a step came out under one read of the weights: the timing or the byte count is wrong (above)")
+
+
+def capture_text(captured: dict[str, tuple[int, float]]) -> str:
+    """The capture's cost as printed: per graph arm the seconds its first repetition spent recording steps.
+
+    Args:
+        captured: graph arm -> (steps recorded, seconds), from `DecodeStats.captures` and ``capture_seconds``.
+    """
+    if not captured:
+        return "graph capture: nothing recorded (no recorder on this device)"
+    return "graph capture " + ", ".join(
+        f"{arm} {1e3 * seconds:.1f} ms ({count} graph{'s' if count != 1 else ''})"
+        for arm, (count, seconds) in captured.items()
+    )
 
 
 def profile_decode(run, device: torch.device, what: str) -> None:

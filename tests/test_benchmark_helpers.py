@@ -279,6 +279,39 @@ def test_decode_benchmark_profiles_a_warm_graph_decode_on_request(capsys):
     assert "Self CPU time total" in profiled
 
 
+def test_decode_benchmark_prints_the_capture_cost_and_runs_the_counter_sampler(capsys, monkeypatch):
+    """Issue 58 item 2: `--sampler counter` (the draw recorded inside the step) runs, its graph's tokens equal the eager
+    fixed-shape path's, and each line ends with the capture's cost: on a CPU nothing is recorded, and with a stand-in
+    recorder registered for the CPU (it runs the step once at capture, as CUDA's warm-up does) each graph arm's
+    first repetition records one graph, timed; later repetitions record none (kept)."""
+    import bench_decode_graph
+
+    import gtpo.decoding.graph as graph_decode
+
+    args = ["--shape", "tiny", "--rows", "2", "--tokens", "8", "--prompt", "6", "--reps", "2", "--sampler", "counter"]
+    bench_decode_graph.main(args)
+    plain = capsys.readouterr().out
+    assert "sampler counter" in plain and "graph tokens == eager static tokens: True (expected)" in plain
+    assert plain.rstrip().endswith("graph capture: nothing recorded (no recorder on this device)")
+
+    class OnceAtCapture:
+        def __init__(self, forward):
+            forward()
+            self.forward = forward
+
+        def __call__(self):
+            return self.forward()
+
+    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", OnceAtCapture)
+    bench_decode_graph.main(args)
+    recorded = capsys.readouterr().out
+    assert "graph tokens == eager static tokens: True" in recorded
+    assert re.search(r"graph capture static-graph \d+\.\d ms \(1 graph\), static-graph-half \d+\.\d ms \(1 graph\)$",
+                     recorded.rstrip()), recorded  # fmt: skip
+    two = bench_decode_graph.capture_text({"static-graph": (2, 0.0123)})
+    assert two == "graph capture static-graph 12.3 ms (2 graphs)"
+
+
 def test_step_benchmark_scratch_folder_takes_an_arm_named_by_a_path():
     """--baseline-src DIR names its arm gtpo@DIR; the trainer's temporary folder must still be one fresh folder under
     the temporary directory (a '/' in mkdtemp's prefix made it fail with FileNotFoundError before any timing)."""
