@@ -27,7 +27,7 @@ the line says whether its tokens equal the uncompiled graph's (fused kernels rou
 
 Samplers (``--sampler``): ``per-row`` (`sampling.per_row_choice`, one seeded generator a row, as evaluation's
 per-sample seeds), ``multinomial`` (`sampling.multinomial_choice`, training's draw on the global generator) and
-``counter`` (`sampling.counter_choice`: noise hashed from seed, step and index on the device, the draw recorded inside
+``counter`` (`counter.counter_choice`: noise hashed from seed, step and index on the device, the draw recorded inside
 the replayed step, so a replay returns the tokens).
 
 The capture's cost: each line ends with the seconds the graph arms spent recording their steps in the first
@@ -62,7 +62,8 @@ def _model(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def _choose(sampler: str, seeds: list[int], device: torch.device):
-    from gtpo.decoding.sampling import counter_choice, multinomial_choice, per_row_choice
+    from gtpo.decoding.counter import counter_choice
+    from gtpo.decoding.sampling import multinomial_choice, per_row_choice
 
     if sampler == "counter":
         return counter_choice(seeds, device=device)

@@ -1,4 +1,4 @@
-"""The counter-based sampler (`gtpo.decoding.sampling.counter_choice`) and its draw inside the recorded step
+"""The counter-based sampler (`gtpo.decoding.counter.counter_choice`) and its draw inside the recorded step
 (`gtpo.decoding.graph.decode_static`), issue 58 item 2.
 
 Invariants, each against something computed independently of the code under test:
@@ -32,17 +32,17 @@ from transformers import (
 )
 
 import gtpo.decoding.graph as graph_decode
-from gtpo.decoding.graph import decode_static, in_step_draw
-from gtpo.decoding.sampling import (
+from gtpo.decoding.counter import (
     CounterChoice,
-    DecodeStats,
     counter_bits,
     counter_choice,
     counter_draw,
     counter_gumbel,
     counter_uniform,
-    decode,
+    in_step_draw,
 )
+from gtpo.decoding.graph import decode_static
+from gtpo.decoding.sampling import DecodeStats, decode
 from gtpo.models import load_model, load_tokenizer
 from test_graph_decode import CountingRunTwice, RunTwice, _prompts
 
@@ -201,19 +201,19 @@ def test_draws_of_different_steps_seeds_or_keyed_rows_are_independent(between):
 def test_a_rows_draw_does_not_depend_on_the_other_rows_of_its_batch():
     """Rows dropped (as `decode` drops ended rows: the sampler gets the survivors' original indices) draw what they
     draw in the whole batch, and a CPU's blocks of rows (`CPU_BLOCK_ELEMENTS`) change no draw."""
-    import gtpo.decoding.sampling as sampling
+    import gtpo.decoding.counter as counter
 
     scores = torch.randn(9, 40, generator=torch.Generator().manual_seed(1))
     seeds, rows, keep = [11, 12, 13, 14, 15, 16, 17, 18, 19], torch.arange(9), torch.tensor([1, 4, 8])
     for key_rows in (False, True):
         whole = counter_choice(seeds, key_rows=key_rows)(scores, rows)
         assert torch.equal(counter_choice(seeds, key_rows=key_rows)(scores[keep], keep), whole[keep])
-        blocks = sampling.CPU_BLOCK_ELEMENTS
+        blocks = counter.CPU_BLOCK_ELEMENTS
         try:
-            sampling.CPU_BLOCK_ELEMENTS = 80  # two rows a block, the last one alone
+            counter.CPU_BLOCK_ELEMENTS = 80  # two rows a block, the last one alone
             assert torch.equal(counter_choice(seeds, key_rows=key_rows)(scores, rows), whole)
         finally:
-            sampling.CPU_BLOCK_ELEMENTS = blocks
+            counter.CPU_BLOCK_ELEMENTS = blocks
 
 
 @pytest.fixture(scope="module")

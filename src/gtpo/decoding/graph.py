@@ -14,7 +14,7 @@ and every later token was written one slot past its mask column (the replayed sc
 differed from the eager ones by up to 0.13). Here the loop sets the position before every forward, so running a
 step twice (warm-up, then replay) writes the same keys and values to the same slot.
 
-With the counter-based sampler (`sampling.counter_choice`) the draw is part of the recorded step: the forward, the
+With the counter-based sampler (`counter.counter_choice`) the draw is part of the recorded step: the forward, the
 warpers and the draw replay as one graph that returns the tokens, no host work between them. Its noise is keyed on the
 draw's index, which the step computes from the write position (the loop's, set before each step) plus an offset set
 once a call, for the reason above: a step run twice draws the same token. Other samplers draw after each step.
@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from gtpo.decoding.sampling import Choose, CounterChoice, DecodeStats, counter_draw, left_pad
+from gtpo.decoding.counter import counter_draw, in_step_draw
+from gtpo.decoding.sampling import Choose, DecodeStats, left_pad
 
 
 @functools.cache
@@ -183,35 +184,6 @@ class _Step:
         return out if self.draw is not None else out.float()
 
 
-# Processors a recorded step may apply before its draw: they read the scores alone (not the tokens so far, whose shape
-# grows every step), launch the same kernels at every step and read nothing back to the host.
-GRAPH_SAFE_PROCESSORS = frozenset(
-    {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper"}
-)
-
-
-def _processor_key(processor) -> tuple | None:
-    """What a graph-safe processor's recorded kernels depend on (its class and its scalar settings: a kept graph
-    replays them as recorded), or None where it is not graph-safe or holds anything else."""
-    if type(processor).__name__ not in GRAPH_SAFE_PROCESSORS:
-        return None
-    settings = sorted(vars(processor).items())
-    if not all(isinstance(value, (bool, int, float, str, type(None))) for _, value in settings):
-        return None
-    return (type(processor).__module__, type(processor).__qualname__, tuple(settings))
-
-
-def in_step_draw(choose: Choose, processors) -> tuple | None:
-    """Whether :func:`decode_static` records the draw inside the step: the key of that draw (what its kept graph
-    depends on: whether rows are keyed, each processor's and warper's class and settings, in the order they apply),
-    or None where the draw stays after the step (a sampler other than `sampling.CounterChoice`, or a processor or
-    warper outside :data:`GRAPH_SAFE_PROCESSORS`)."""
-    if not isinstance(choose, CounterChoice):
-        return None
-    keys = tuple(_processor_key(p) for p in (*(processors or ()), *choose.warpers))
-    return None if any(key is None for key in keys) else (choose.key_rows, keys)
-
-
 # How many shapes' buffers and captured graphs each model keeps (the least recently used goes first): each holds a
 # key/value cache of the full length, so a training run whose padded prompt length changes from batch to batch keeps
 # only the last few.
@@ -334,7 +306,7 @@ def decode_static(
             a model). With a recorder the loop asks whether every row has ended every :data:`END_CHECK_EVERY`
             steps, not every step (the same completions; the extra steps are fed padding).
 
-    With ``choose`` a `sampling.CounterChoice` and processors and warpers that read the scores alone
+    With ``choose`` a `counter.CounterChoice` and processors and warpers that read the scores alone
     (:func:`in_step_draw`), each step draws its next token inside the recorded step (replayed, it returns the
     tokens), keyed as the sampler keys it: the t-th token of every row at the sampler's step + t, whose counter is
     advanced by the draws made when the call returns. ``stats`` also counts the steps recorded in this call and the
