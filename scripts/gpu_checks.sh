@@ -14,9 +14,10 @@
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
-#      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47); the
-#      whole decode over its steps, and the steady replayed step (full decode minus half, both graphs kept); then a
-#      profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
+#      measured first, with evaluation's per-row sampler and training's multinomial one (issues 39 and 47), and the
+#      counter-based sampler whose draw is recorded inside the replayed step (issue 58); the whole decode over its
+#      steps, the steady replayed step (full decode minus half, both graphs kept) and each graph's capture cost; then
+#      a profile of one warm graph decode at 64 rows (per-row sampler), by device and by host time.
 #   Not in the default run, named in GPU_CHECKS: `eval-job`: a whole `gtpo eval` job (SmolLM2-135M,
 #      offline, 100 synthetic test problems x 8 samples x 96 tokens, bf16) three ways, each a fresh process, 2
 #      repetitions taking turns (benchmarks/bench_eval_job.py): as shipped (CUDA graphs), `--cuda_graphs false`, and
@@ -80,7 +81,7 @@ subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False)
 EOF
 want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
     tests/core/test_core.py tests/core/test_core_loss.py tests/forward/test_lm_head.py \
-    tests/trainer/test_shared_prefix.py tests/test_graph_decode.py
+    tests/trainer/test_shared_prefix.py tests/test_graph_decode.py tests/test_counter_sampler.py
 want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
 want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
 want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
@@ -119,6 +120,8 @@ EOF_CHECK
 want decode && step decode-graph "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 --profile
 want decode && step decode-graph-multinomial "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --sampler multinomial --reps 2
+want decode && step decode-graph-counter "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
+    --sampler counter --reps 2
 want compile && step decode-compiled "$python" benchmarks/bench_decode_graph.py --rows 8 64 --tokens 128 \
     --compile inductor --reps 3
 # What the user sees: a whole `gtpo eval` job three ways, and training's generation against TRL's.

@@ -99,3 +99,17 @@ def test_the_eval_job_benchmark_runs_each_job_in_a_fresh_process(tmp_path, capsy
                          "--arms", "eager", "generate", "--output_dir", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr().out
     assert "each a fresh process" in out and "0 samples differ from eager's" in out
+
+
+def test_the_decode_group_measures_each_sampler_and_the_tests_group_runs_the_counter_samplers_gpu_tests(tmp_path):
+    """Issue 58 item 2: the decode group times the counter sampler (its draw inside the replayed step; each line ends
+    with the capture's cost) beside the per-row and multinomial ones, each with a sampler bench_decode_graph knows;
+    the tests group runs the counter sampler's CUDA tests."""
+    import bench_decode_graph
+
+    steps = _dry_run(tmp_path, "tests decode")
+    decode = {name: argv for name, argv in steps.items() if name.startswith("decode-graph")}
+    samplers = {argv[argv.index("--sampler") + 1] if "--sampler" in argv else "per-row" for argv in decode.values()}
+    assert samplers == set(bench_decode_graph.SAMPLERS) == {"per-row", "multinomial", "counter"}
+    assert all(argv[1] == "benchmarks/bench_decode_graph.py" for argv in decode.values())
+    assert "tests/test_counter_sampler.py" in steps["tests"] and "tests/test_graph_decode.py" in steps["tests"]
