@@ -22,6 +22,7 @@ from gtpo.eval.runner import (
     evaluate,
     load_problems,
 )
+from gtpo.eval.samplers import DEFAULT_SAMPLER, SAMPLERS
 from gtpo.tasks.registry import TASKS
 from gtpo.tasks.sources import parse_column_map
 
@@ -131,6 +132,18 @@ class EvalArguments:
             "run may resume with either; no effect on a CPU"
         },
     )
+    sampler: str = field(
+        default=DEFAULT_SAMPLER,
+        metadata={
+            "choices": SAMPLERS,
+            "help": "how the transformers backend draws each token: per-row (the default, the draws of every earlier "
+            "evaluation) from a seeded torch.Generator per sample, whose stream differs between a CPU and CUDA; "
+            "counter, Gumbel noise hashed from (the sample's seed, step, token) on the device, the same samples on a "
+            "CPU and a GPU (float rounding of the logits aside) and, on CUDA, drawn inside the replayed CUDA graph. "
+            "Both draw exactly from the tempered, top-k/top-p softmax; they give different samples, so a run folder "
+            "records which one drew its samples and resumes only with it. vLLM: per-row only (its own seeded sampler)",
+        },
+    )
 
 
 @dataclass
@@ -218,6 +231,7 @@ def _eval_configs(args: EvalArguments) -> list[EvalConfig]:
             label=label,
             progress=args.progress,
             cuda_graphs=args.cuda_graphs,
+            sampler=args.sampler,
         )
         for task in tasks
     ]
@@ -227,7 +241,7 @@ def run_eval_from_args(args: EvalArguments) -> list[dict]:
     """Evaluate every --task (one model load shared by all); print a summary; return the results dicts."""
     with user_input():
         configs = _eval_configs(args)
-        backend = LazyBackend(args.model, args.backend, args.dtype, args.seed, args.cuda_graphs)
+        backend = LazyBackend(args.model, args.backend, args.dtype, args.seed, args.cuda_graphs, args.sampler)
     all_results = []
     for config in configs:
         try:

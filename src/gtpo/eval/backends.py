@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gtpo.errors import InvalidInput
+from gtpo.eval.samplers import DEFAULT_SAMPLER, as_processor, check_sampler, counter_sampler, sampling_warpers
 
 logger = logging.getLogger(__name__)
 
@@ -109,12 +110,14 @@ def vllm_available() -> bool:
     return torch.cuda.is_available()
 
 
-# `--backend` choices: factories (model, dtype, seed, graphs=True); graphs=False is eager (vLLM: enforce_eager).
-def _make_transformers(model: str, dtype: str | None, seed: int, graphs: bool = True) -> Backend:
-    return TransformersBackend(model, dtype=dtype, graphs=graphs)
+# `--backend` choices: factories (model, dtype, seed, graphs=True, sampler); graphs=False: eager (vLLM: enforce_eager).
+def _make_transformers(model: str, dtype: str | None, seed: int, graphs=True, sampler=DEFAULT_SAMPLER) -> Backend:
+    return TransformersBackend(model, dtype=dtype, graphs=graphs, sampler=sampler)
 
 
-def _make_vllm(model: str, dtype: str | None, seed: int, graphs: bool = True) -> Backend:
+def _make_vllm(model: str, dtype: str | None, seed: int, graphs: bool = True, sampler=DEFAULT_SAMPLER) -> Backend:
+    if sampler != DEFAULT_SAMPLER:
+        raise InvalidInput(f"--sampler {sampler} needs --backend transformers: vLLM draws with its own seeded sampler")
     return VLLMBackend(model, dtype=dtype, seed=seed, **({} if graphs else {"enforce_eager": True}))
 
 
@@ -138,7 +141,7 @@ def choose_backend(name: str, model: str) -> str:
 
 
 def make_backend(model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, **options) -> Backend:
-    """Load ``model`` (hub id, directory, LoRA adapter directory, "tiny", "smollm2"); ``options``: ``graphs=False``."""
+    """Load ``model`` (hub id, folder, LoRA adapter, "tiny", "smollm2"); ``options``: ``graphs=False``, ``sampler``."""
     model = os.fspath(model)
     name = choose_backend(backend, model)
     logger.info("evaluation backend: %s", name)
@@ -164,14 +167,9 @@ def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
     :data:`ACTIVE_ROWS` when set; a row that has ended draws nothing, which changes no other row's draws).
     """
     import torch
-    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    from transformers import LogitsProcessor
 
-    # Dividing by a temperature of 1 changes no bit: that warper is left out.
-    warpers = [] if sampling.temperature == 1.0 else [TemperatureLogitsWarper(float(sampling.temperature))]
-    if sampling.top_k > 0:
-        warpers.append(TopKLogitsWarper(sampling.top_k))
-    if sampling.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(sampling.top_p))
+    warpers = sampling_warpers(sampling)
     generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
     tiny = torch.finfo(torch.float32).tiny
 
@@ -212,14 +210,16 @@ class TransformersBackend(SeededBackend):
     (`gtpo.decoding.graph.decode_static`; kept for the next batch of the same shape) where the model's cache is all
     full-attention layers, else it says why in one log line and keeps `decode`. Each row still draws from its own
     generator, so the tokens are those of the eager path (tested on a CPU stand-in of the graph). ``graphs=False``
-    keeps `decode` on CUDA too; a CPU never records (`gtpo.decoding.graph.graph_recorder`).
+    keeps `decode` on CUDA too; a CPU never records (`gtpo.decoding.graph.graph_recorder`). ``sampler="counter"``
+    draws from counter noise instead (`gtpo.eval.samplers`), on CUDA inside the replayed step.
     """
 
     name = "transformers"
 
     def __init__(
-        self, model: str, dtype: str | None = None, device: str | None = None, fast: bool = True, graphs: bool = True
-    ):
+        self, model: str, dtype: str | None = None, device: str | None = None, fast: bool = True, graphs: bool = True,
+        sampler: str = DEFAULT_SAMPLER,
+    ):  # fmt: skip
         import torch
 
         from gtpo.models import load_model_and_tokenizer
@@ -241,7 +241,7 @@ class TransformersBackend(SeededBackend):
         why = supports_fast_decode(self.model) if fast else "fast=False"
         if why is not None:
             logger.info("evaluation: model.generate (%s)", why)
-        self.fast = why is None
+        self.fast, self.sampler = why is None, check_sampler(sampler)
         self.stats = DecodeStats()
         self.recorder = self._graph_recorder() if self.fast and graphs else None
 
@@ -260,13 +260,9 @@ class TransformersBackend(SeededBackend):
         from transformers import GenerationConfig
 
         # A fresh config, so the checkpoint's own sampling defaults (top_k, repetition penalty) do not apply.
-        # Greedy in both cases: sampling happens in `per_row_sampler`, one generator per row.
-        return GenerationConfig(
-            do_sample=False,
-            max_new_tokens=sampling.max_new_tokens,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.tokenizer.pad_token_id,
-        )
+        # Greedy in both cases: the sampler's processor draws (`per_row_sampler`, `samplers.as_processor`).
+        return GenerationConfig(do_sample=False, max_new_tokens=sampling.max_new_tokens, eos_token_id=self.eos_ids,
+                                pad_token_id=self.tokenizer.pad_token_id)  # fmt: skip
 
     def _sample(self, prompts: list[Messages], seeds: list[int], sampling: SamplingSettings) -> list[Completion]:
         import torch
@@ -275,7 +271,9 @@ class TransformersBackend(SeededBackend):
         if self.fast:
             return self._decode(texts, seeds, sampling)
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        processors = [] if sampling.temperature == 0 else [per_row_sampler(seeds, sampling, self.device)]
+        counter = self.sampler == "counter"
+        sampler = as_processor(counter_sampler(seeds, sampling, self.device)) if counter else None
+        processors = [] if sampling.temperature == 0 else [sampler or per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
             out = self.model.generate(
                 **batch, generation_config=self._generation_config(sampling), logits_processor=processors
@@ -292,6 +290,8 @@ class TransformersBackend(SeededBackend):
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if sampling.temperature == 0:
             choose = multinomial_choice(False)
+        elif self.sampler == "counter":
+            choose = counter_sampler(seeds, sampling, self.device)
         else:
             sampler = per_row_sampler(seeds, sampling, self.device)  # looked up here: tests wrap it
 

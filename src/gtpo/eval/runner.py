@@ -36,6 +36,7 @@ from gtpo.errors import InvalidInput
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import summarize_records
 from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, record_resume, write_json_atomic
+from gtpo.eval.samplers import DEFAULT_SAMPLER, check_sampler
 from gtpo.runs.folder import utc_timestamp
 
 # Completions decoded together by the transformers backend unless told (`gtpo eval --batch_size`, `gtpo compare
@@ -53,8 +54,9 @@ RESULTS_FILE = "results.json"
 # Settings that decide what the samples are: they must match to add to an existing run folder.
 # (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
+# "sampler" is recorded only when not the default (folders written before it existed stay resumable).
 RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt",
-            "column_map")  # fmt: skip
+            "column_map", "sampler")  # fmt: skip
 
 
 @dataclass
@@ -67,7 +69,7 @@ class EvalConfig:
     label: the name plots use (default: derived from ``model``).
     column_map: for a local file ``source``, task field -> the file's column, e.g. {"question": "problem"}.
     cuda_graphs: False decodes without CUDA graphs on a GPU (`make_backend`'s ``graphs``); the samples do not
-    depend on it, so a run may resume with either.
+    depend on it, so a run may resume with either. sampler: the transformers backend's (`gtpo.eval.samplers`).
     """
 
     model: str
@@ -87,9 +89,11 @@ class EvalConfig:
     progress: bool = True
     column_map: dict[str, str] | None = None
     cuda_graphs: bool = True
+    sampler: str = DEFAULT_SAMPLER
 
     def __post_init__(self):
         self.model = os.fspath(self.model)  # a Path works too
+        check_sampler(self.sampler)
         if self.source is not None:
             self.source = os.fspath(self.source)
         if self.num_samples < 1:
@@ -135,11 +139,14 @@ def _normalise_path(value: str | None) -> str | None:
 class LazyBackend:
     """A backend that loads the model on first use, so a finished run re-opens without loading it."""
 
-    def __init__(self, model: str, backend: str = "auto", dtype: str | None = None, seed: int = 0, graphs: bool = True):
+    def __init__(self, model: str, backend="auto", dtype=None, seed=0, graphs=True, sampler=DEFAULT_SAMPLER):
         self.name = choose_backend(backend, model)
         self.one_call = self.name == "vllm"  # see VLLMBackend.one_call
         self._args = (model, self.name, dtype, seed)
-        self._options = {} if graphs else {"graphs": False}  # a factory that does not know `graphs` works by default
+        # Options only where not the defaults: a factory that knows neither works by default.
+        self._options = ({} if graphs else {"graphs": False}) | (
+            {"sampler": sampler} if sampler != DEFAULT_SAMPLER else {}
+        )
         self._backend: Backend | None = None
 
     def generate(self, prompts, seeds, sampling):
@@ -194,6 +201,7 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "sampling": config.sampling.to_dict(),
         "system_prompt": system,
         "column_map": config.column_map or None,
+        **({} if config.sampler == DEFAULT_SAMPLER else {"sampler": config.sampler}),
     }
 
 
@@ -227,9 +235,9 @@ def _check_or_write_run_file(run_dir: Path, settings: dict) -> bool:
     # Run folders written before few_shot was resolved recorded None for "the task's default".
     recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
     diffs = [
-        f"{key}: recorded {recorded.get(key)!r}, now {settings[key]!r}"
+        f"{key}: recorded {recorded.get(key)!r}, now {settings.get(key)!r}"
         for key in RUN_KEYS
-        if recorded.get(key) != settings[key]
+        if recorded.get(key) != settings.get(key)
     ]
     if diffs:
         raise InvalidInput(
@@ -269,7 +277,9 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     check_output_dir(run_dir)  # before loading anything: a bad --output_dir fails at once
     if backend is None or isinstance(backend, LazyBackend):
         check_model(config.model)  # fail fast on a missing path or hub id, before any folder exists
-    backend = backend or LazyBackend(config.model, config.backend, config.dtype, config.seed, config.cuda_graphs)
+    backend = backend or LazyBackend(
+        config.model, config.backend, config.dtype, config.seed, config.cuda_graphs, config.sampler
+    )
     problems = load_problems(config.task, config.split, config.source, config.limit, config.few_shot, config.column_map)
     if not problems:
         raise InvalidInput(f"task {config.task!r} split {config.split!r} has no problems")
@@ -359,17 +369,9 @@ def _sample(config: EvalConfig, backend: Backend, units, done: dict, samples_pat
         done.update(((str(r["problem_id"]), r["sample_index"]), r["text"]) for r in records)
         bar.update(len(records))
 
-    with (
-        tqdm(
-            total=len(units),
-            initial=already,
-            unit="sample",
-            desc=f"eval {config.task}",
-            disable=not config.progress,
-            dynamic_ncols=True,
-        ) as bar,
-        ThreadPoolExecutor(GRADING_THREADS, thread_name_prefix="gtpo-grade") as graders,
-    ):
+    bar = tqdm(total=len(units), initial=already, unit="sample", desc=f"eval {config.task}",
+               disable=not config.progress, dynamic_ncols=True)  # fmt: skip
+    with bar, ThreadPoolExecutor(GRADING_THREADS, thread_name_prefix="gtpo-grade") as graders:
         writer = OrderedBatchWriter(write)
         try:
             for batch in batches:
