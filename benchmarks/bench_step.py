@@ -609,7 +609,9 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for arm in ("gtpo", "grpo"):
                 profiled = _child(options, arm, Path(tmp) / f"profile-{arm}.json", env)
-                print(f"profile of {arm}'s generation in its last step ({profiled['generation_s']:.3f} s profiled):")
+                wall = profiled["generation_s"]
+                print(f"profile of {arm}'s generation in its last step (wall {wall:.3f} s under the profiler, its "
+                      "overhead included: read the table's self times, not this):")  # fmt: skip
                 print(profiled["generation_profile"])
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"gtpo/grpo step time ratio {ratio_time:.3f}, peak memory ratio {ratio_memory:.3f}")
