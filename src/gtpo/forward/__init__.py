@@ -4,5 +4,6 @@
 `HeadPatch`, the one patch of the kernel); `lm_head`: one pass of the head, the tempered log-probs and the
 temperature-1 entropy from the same tiles, with `head_kernels`, its Triton kernels; `untempered`: that head installed
 in TRL's fused forward; `packing`: the packed layout (each prompt once, no padding); `layout_choice`: packed or
-padded. No module here knows GRPOTrainer: the trainer's hook that uses them is `gtpo.trainer.prefix_sharing`.
+padded; `flex`: the packed layout's mask as FlexAttention's block mask (opt-in). No module here knows GRPOTrainer:
+the trainer's hook that uses them is `gtpo.trainer.prefix_sharing`.
 """

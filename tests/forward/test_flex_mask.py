@@ -1,0 +1,110 @@
+"""The packed layout's mask as FlexAttention's block mask (gtpo.forward.flex.block_mask; issue 58, item 1).
+
+Invariants, on hand-built layouts (several prompts, left-padded prompts, completions of different lengths, empty
+completions, one-token prompts whose prefix is empty) and block sizes from 2 to torch's default 128:
+- the pairs a FlexAttention kernel attends under the block mask (every pair of a full block, the predicate's pairs in a
+  partial block, none elsewhere; `flex.visible_pairs`) are exactly `PackedBatch.attention_mask`'s, the dense mask
+  the default packed layout hands SDPA and whose numbers the trainer tests hold to TRL's;
+- its partial and full blocks, counts and ordered indices both ways, are exactly those torch's own
+  `create_block_mask` computes from the dense predicate, so a kernel skips and masks the same blocks;
+- it is built without an N x N tensor (the largest it makes is N x N / block_size).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gtpo.forward import flex, packing
+
+FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
+          "full_q_num_blocks", "full_q_indices")  # fmt: skip
+
+
+def _rows(prompts: list[list[int]], rows: list[tuple[int, int]], width: int):
+    """(ids, mask) in TRL's layout: row r = prompt ``rows[r][0]`` left-padded to the longest prompt, then
+    ``rows[r][1]`` completion tokens right-padded to ``width``."""
+    prompt_width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(rows), prompt_width + width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (prompt, length) in enumerate(rows):
+        tokens = prompts[prompt]
+        ids[row, prompt_width - len(tokens) : prompt_width] = torch.tensor(tokens)
+        mask[row, prompt_width - len(tokens) : prompt_width + length] = 1
+        ids[row, prompt_width : prompt_width + length] = torch.arange(100 + row, 100 + row + length)
+    return ids, mask
+
+
+LAYOUTS = {
+    # test_shared_prefix's by-hand example: prompt A twice, prompt B (left-padded) once; N = 8.
+    "two-prompts": (_rows([[11, 12, 13], [21, 22]], [(0, 2), (1, 1), (0, 2)], 2), 2),
+    # Three prompts of 7, 4 and 5 tokens, rows shuffled, completions 6, 2, 0 (empty), 4, 6, 1, 3, 5; N = 40.
+    "three-prompts": (
+        _rows(
+            [list(range(3, 10)), [31, 32, 33, 34], [41, 42, 43, 44, 45]],
+            [(0, 6), (1, 2), (2, 0), (0, 4), (1, 6), (2, 1), (0, 3), (1, 5)],
+            6,
+        ),
+        6,
+    ),
+    # One-token prompts: empty prefixes, each segment starting at its prompt's first position.
+    "one-token-prompts": (_rows([[7], [8], [9, 10]], [(0, 3), (1, 4), (0, 2), (2, 5), (1, 1)], 5), 5),
+    # Long enough for torch's default 128-blocks to be absent, partial and full: a 300-token prompt (G = 6,
+    # completions of 20-110 tokens) and a 40-token one, left-padded (G = 2); N = 881.
+    "long": (
+        _rows(
+            [list(range(3, 303)), list(range(400, 440))],
+            [(0, 110), (1, 60), (0, 20), (0, 95), (1, 33), (0, 70), (0, 110), (0, 45)],
+            110,
+        ),
+        110,
+    ),
+}
+
+
+@pytest.mark.parametrize("block", [2, 3, 8, 16, 128])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_block_mask_attends_the_dense_masks_pairs_and_create_block_masks_blocks(layout, block):
+    (ids, mask), width = LAYOUTS[layout]
+    assert packing.layout_problem(mask, width) is None
+    packed = packing.pack(ids, mask, width)
+    n = packed.length
+    built = flex.block_mask(packed, block)
+    assert built.shape == (1, 1, n, n) and tuple(built.BLOCK_SIZE) == (block,) * 2
+    assert torch.equal(flex.visible_pairs(built), packed.attention_mask)
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    blocks = -(-n // block)
+    reference = create_block_mask(flex._mask_mod(packed, blocks * block), 1, 1, n, n, device="cpu", BLOCK_SIZE=block)
+    for name in FIELDS:
+        assert torch.equal(getattr(built, name), getattr(reference, name)), name
+    if layout == "long" and block == 128:  # every class of block occurs: the kernel skips and unmasks some
+        present = built.kv_num_blocks + built.full_kv_num_blocks
+        assert built.full_kv_num_blocks.sum() > 0 and present.sum() < blocks * blocks
+        assert built.kv_num_blocks.sum() > 0
+
+
+def test_block_mask_makes_no_n_by_n_tensor():
+    """The classification reads per-position intervals against key blocks: on the long layout (N = 881) at block
+    size 16 the largest tensor it makes holds about N x N / 16 elements, not N²."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    (ids, mask), width = LAYOUTS["long"]
+    packed = packing.pack(ids, mask, width)
+    n, block = packed.length, 16
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tensor in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(tensor, torch.Tensor):
+                    Largest.numel = max(Largest.numel, tensor.numel())
+            return out
+
+    with Largest():
+        flex.block_mask(packed, block)
+    blocks = -(-n // block)
+    assert Largest.numel <= blocks * block * blocks < n * n // 8, (Largest.numel, n)
