@@ -4,7 +4,8 @@ Both give the same numbers (tested); they differ in time only. The packed layout
 prompt is long or its completions' lengths differ, but a dense mask costs N² attention pairs and, on a GPU, its
 extra small kernels and host syncs cost time whatever the FLOPs. :func:`choose_layout` is the one decision: the
 user's choice (:data:`LAYOUT_ENV`) where one is set, else :func:`packed_is_cheaper` with the device's fixed costs
-(:data:`LAYOUT_COSTS`).
+(:data:`LAYOUT_COSTS`). How a packed batch's attention runs, the dense mask or FlexAttention's block mask, is the
+user's opt-in (:data:`ATTENTION_ENV`, :func:`packed_attention`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,27 @@ def layout_override(value: str | None = None) -> str:
     value = value if value is not None else (os.environ.get(LAYOUT_ENV) or "auto")
     if value not in LAYOUTS:
         raise ValueError(f"{source}={value!r} is not one of {list(LAYOUTS)}")
+    return value
+
+
+# How the packed layout's attention runs, read at every packed micro-batch: "dense" (the default) hands SDPA the
+# (1, 1, N, N) mask of `packing.PackedBatch.attention_mask`, and SDPA computes every one of the N² pairs; "flex" hands
+# torch's FlexAttention a block mask of the same predicate (`gtpo.forward.flex`), which skips the masked blocks.
+# Opt-in: no GPU has measured it, so :func:`packed_is_cheaper` still counts N² pairs either way.
+ATTENTION_ENV = "GTPO_PACKED_ATTENTION"
+ATTENTIONS = ("dense", "flex")
+
+
+def packed_attention(value: str | None = None) -> str:
+    """The packed layout's attention asked for: ``value``, else :data:`ATTENTION_ENV`'s value, else ``"dense"``.
+
+    Returns:
+        One of :data:`ATTENTIONS`. A value outside them is a one-line ValueError naming the valid ones.
+    """
+    source = "attention" if value is not None else ATTENTION_ENV
+    value = value if value is not None else (os.environ.get(ATTENTION_ENV) or "dense")
+    if value not in ATTENTIONS:
+        raise ValueError(f"{source}={value!r} is not one of {list(ATTENTIONS)}")
     return value
 
 

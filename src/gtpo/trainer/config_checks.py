@@ -118,11 +118,13 @@ def check_conflict_exclude_common_prefix(config) -> None:
 
 
 def _check_layout_override() -> None:
-    """The packed-or-padded choice a user may set in the environment (`layout_choice.LAYOUT_ENV`), refused in one
-    line when the config is made rather than at the first scored batch."""
-    from gtpo.forward.layout_choice import layout_override
+    """The packed-or-padded choice a user may set in the environment (`layout_choice.LAYOUT_ENV`), and the packed
+    layout's attention (`layout_choice.ATTENTION_ENV`), refused in one line when the config is made rather than at
+    the first scored batch."""
+    from gtpo.forward.layout_choice import layout_override, packed_attention
 
     layout_override()
+    packed_attention()
 
 
 def validate_gtpo(config) -> None:

@@ -5,8 +5,9 @@ Every log-prob TRL computes goes through `GRPOTrainer._get_per_token_logps_and_e
 log-probs, the reference model's (beta > 0) and GTPO's ⟨H⟩_ini. `GTPOTrainer` overrides it with
 :func:`per_token_logps_and_entropies` for both algorithms, so that GTPO-vs-GRPO comparisons run on the same layout.
 What packing is, and why its numbers are TRL's, is `gtpo.forward.packing`'s; which layout costs less,
-`gtpo.forward.layout_choice`'s. What is here reads the trainer: its settings (`use_prefix_sharing`), its sharding,
-its accelerator, and the notes it has already logged.
+`gtpo.forward.layout_choice`'s; the packed layout's attention by FlexAttention's block mask (opt-in,
+``GTPO_PACKED_ATTENTION=flex``), `gtpo.forward.flex`'s. What is here reads the trainer: its settings
+(`use_prefix_sharing`), its sharding, its accelerator, and the notes it has already logged.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import logging
 
 import torch
 
-from gtpo.forward.layout_choice import LAYOUT_ENV, choose_layout, layout_override
+from gtpo.forward import flex
+from gtpo.forward.layout_choice import ATTENTION_ENV, LAYOUT_ENV, choose_layout, layout_override, packed_attention
 from gtpo.forward.packing import MASKED_ATTENTION, PackedBatch, host_copy, layout_problem, pack, scoring_only
 
 logger = logging.getLogger(__name__)
@@ -70,7 +72,9 @@ def per_token_logps_and_entropies(
             _note(trainer, _padded_reason("packing would cost more than padding for this batch's lengths"))
             logps, entropies, _ = padded(model, ids, mask, logits_to_keep, None, compute_entropy)
         else:
-            logps, entropies = packed_logps(trainer, model, packed, mask, logits_to_keep)
+            args = (trainer, model, packed, mask, logits_to_keep)
+            attention = _flex_mask(trainer, unwrapped, packed)
+            logps, entropies = packed_logps(*args) if attention is None else packed_logps(*args, attention)
         all_logps.append(logps)
         all_entropies.append(entropies)
     entropies = torch.cat(all_entropies) if compute_entropy else None
@@ -86,19 +90,32 @@ def _packing_can_pay_off(trainer, model, input_ids, logits_to_keep, batch_size) 
     return choose_layout(config, rows, length, best_packed_length, input_ids.device.type) == "packed"
 
 
+def _flex_mask(trainer, unwrapped, packed: PackedBatch):
+    """FlexAttention's block mask for this packed batch where the user asked for it (:data:`ATTENTION_ENV`) and it
+    can run, else None: the dense mask, with the reason logged once."""
+    if packed_attention() != "flex":
+        return None
+    reason = flex.problem(unwrapped, packed.input_ids.device.type, torch.is_grad_enabled())
+    if reason is not None:
+        _note(trainer, reason, f"{ATTENTION_ENV}=flex off", "the packed layout's dense mask")
+        return None
+    return flex.block_mask(packed)
+
+
 def _padded_reason(by_cost: str) -> str:
     """Why :func:`choose_layout` said "padded": the user's :data:`LAYOUT_ENV`, or ``by_cost``."""
     return f"{LAYOUT_ENV}=padded" if layout_override() == "padded" else by_cost
 
 
-def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep):
-    """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout."""
+def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_keep, attention=None):
+    """(B, K) log-probs and entropies of one packed micro-batch, in TRL's padded layout; ``attention``: the
+    packed layout's mask in another form (FlexAttention's block mask), else its dense one."""
     with scoring_only(packed.scored) as head, trainer.accelerator.autocast():
         capture = None if head.entropy is None else head.entropy.capture  # `untempered`'s, if its policy is on
         seen = len(capture.sampling) if capture is not None else 0
         output = model(
             input_ids=packed.input_ids,
-            attention_mask=packed.attention_mask,
+            attention_mask=packed.attention_mask if attention is None else attention,
             position_ids=packed.position_ids,
             shift_labels=packed.shift_labels,
             fused_lm_head=True,
@@ -107,8 +124,9 @@ def packed_logps(trainer, model, packed: PackedBatch, attention_mask, logits_to_
         trainer._prefix_sharing_announced = True
         logger.info(
             "prefix sharing: %d rows (%d distinct prompts) packed into %d positions, against %d padded "
-            "(use_prefix_sharing=False for TRL's layout)",
+            "(use_prefix_sharing=False for TRL's layout)%s",
             attention_mask.size(0), packed.prompts, packed.input_ids.size(1), attention_mask.numel(),
+            "" if attention is None else f"; attention by FlexAttention's block mask ({ATTENTION_ENV}=flex)",
         )  # fmt: skip
     if capture is not None:  # the tempered entropies `untempered` set aside, into TRL's (B, L-1) layout
         for index in range(seen, len(capture.sampling)):
@@ -149,8 +167,8 @@ def problem(trainer, model, compute_aux_loss, extra) -> str | None:
     return None
 
 
-def _note(trainer, reason: str) -> None:
+def _note(trainer, reason: str, what: str = "prefix sharing off", instead: str = "TRL's padded layout") -> None:
     noted = trainer.__dict__.setdefault("_prefix_sharing_notes", set())
     if reason not in noted:
         noted.add(reason)
-        logger.info("prefix sharing off (%s): TRL's padded layout scores this batch", reason)
+        logger.info("%s (%s): %s scores this batch", what, reason, instead)
