@@ -13,6 +13,11 @@ Both arms score the SAME completions (sampled once, then replayed), so they do t
 - `trl`: stock `trl.GRPOTrainer` (loss_type="grpo", beta=0): TRL's padded layout;
 - `gtpo`: `GTPOTrainer` as shipped (prefix sharing on, the single-pass head at T != 1);
 - `gtpo-padded`: `GTPOTrainer` with `use_prefix_sharing=False`, to split the gain between layout and loss;
+- `gtpo-flex` (not run by default): `gtpo` with every micro-batch packed (`GTPO_PREFIX_LAYOUT=packed`) and the
+  packed layout's attention by FlexAttention's block mask (`GTPO_PACKED_ATTENTION=flex`, `gtpo.forward.flex`), both
+  set only while its arm runs; transformers compiles flex attention on the first call, in the warm-up repetition.
+  A line says how often transformers' flex attention ran, or why the arm fell back to the dense mask (on a CPU,
+  where torch has no flex backward, always);
 - `gtpo-bf16` (not run by default): `gtpo` with the base model's weights in bfloat16, as `dtype: bfloat16` (or
   `auto` on a CPU with bf16 units) trains it; the LoRA adapters stay float32, as peft keeps them;
 - `gtpo@SHA` (with `--baseline-commit SHA` or `--baseline-src DIR`): `gtpo` as another version of the package has
@@ -59,7 +64,9 @@ FLOPs' time would be a measurement bug and is printed as one (exit status 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import os
 import re
 import statistics
 import sys
@@ -72,7 +79,9 @@ from floors import Stopwatch, any_bug, floor_ratio_text, matmul_rate, profile_op
 from ratio_stats import paired_ratios, summarize
 
 SHAPES = ("default", "paper-vocab", "qwen1.5b", "qwen3b", "tiny")
-ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16")
+ARMS = ("trl", "gtpo", "gtpo-padded", "gtpo-bf16", "gtpo-flex")
+# The environment an arm's scoring runs under, set around its calls only (read by gtpo at every decision).
+ARM_ENV = {"gtpo-flex": {"GTPO_PREFIX_LAYOUT": "packed", "GTPO_PACKED_ATTENTION": "flex"}}
 BASELINE_ARM = "gtpo@"  # + the commit (or folder) of --baseline-commit / --baseline-src
 MIN_REPS_FOR_INTERVAL = 6  # the sign-test interval's least count at 95 % (ratio_stats.median_rank)
 
@@ -135,6 +144,21 @@ def _model_and_batch(shape: str, device: str):
     return model, tokenizer, prompt, completions, None
 
 
+@contextlib.contextmanager
+def arm_environment(arm: str):
+    """:data:`ARM_ENV`'s variables for ``arm`` set within the block, and restored after it."""
+    saved = {name: os.environ.get(name) for name in ARM_ENV.get(arm, {})}
+    os.environ.update(ARM_ENV.get(arm, {}))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def scratch_dir(arm: str) -> str:
     """A fresh temporary output folder for an arm's trainer. An arm's name can hold a path (``gtpo@DIR`` from
     --baseline-src), so its characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_`` in the prefix
@@ -189,7 +213,8 @@ def _trainer(arm: str, base, tokenizer, prompt, completions, lora, temperature, 
     )  # fmt: skip
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which this does not run
-    batch = trainer._generate_and_score_completions([{"prompt": prompt}] * group)
+    with arm_environment(arm):
+        batch = trainer._generate_and_score_completions([{"prompt": prompt}] * group)
     return trainer, batch
 
 
@@ -293,7 +318,7 @@ def _time_arms(trainers, versions, reps: int, device: str) -> dict:
     for rep in range(reps + 1):
         for arm in turn_order(list(trainers), rep):
             trainer, batch = trainers[arm]
-            with versions[arm].active():
+            with versions[arm].active(), arm_environment(arm):
                 own["t"] = 0.0
                 trainer.model.zero_grad(set_to_none=True)
                 watch.sync()
@@ -308,6 +333,38 @@ def _time_arms(trainers, versions, reps: int, device: str) -> dict:
                 times[arm]["backward"].append(backward)
                 times[arm]["own"].append(own["t"])
     return times
+
+
+@contextlib.contextmanager
+def _count_flex_calls():
+    """Within the block, count the calls of transformers' flex attention (one per layer and forward, the gtpo-flex
+    arm's only: no other arm hands a layer a block mask). Yields a list, one entry a call."""
+    import transformers.integrations.flex_attention as integration
+
+    calls = []
+    forward = integration.flex_attention_forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+
+    integration.flex_attention_forward = counted
+    try:
+        yield calls
+    finally:
+        integration.flex_attention_forward = forward
+
+
+def _flex_line(trainer, calls: list, runs: int) -> str:
+    """Whether the gtpo-flex arm ran flex attention: its calls over the timed runs against the model's layers, and the
+    reasons it fell back to the dense mask, if any (logged once each by gtpo.trainer.prefix_sharing)."""
+    layers = trainer.model.config.get_text_config().num_hidden_layers
+    notes = sorted(trainer.__dict__.get("_prefix_sharing_notes", ()))
+    fell_back = "; ".join(notes) if notes else "never"
+    return (
+        f"gtpo-flex attention: transformers' flex attention ran {len(calls)} times in {runs} runs of forward and "
+        f"backward ({len(calls) / runs:.1f} a run; {layers} layers); fell back to the dense mask: {fell_back}"
+    )
 
 
 def _ratio_lines(times, reference: str, reps: int) -> list[str]:
@@ -349,7 +406,8 @@ def main(argv=None) -> None:
     for arm, version in versions.items():
         with version.active():
             trainers[arm] = _trainer(arm, base, tokenizer, prompt, completions, lora, options.temperature, device)
-    times = _time_arms(trainers, versions, reps, device)
+    with _count_flex_calls() as flex_calls:
+        times = _time_arms(trainers, versions, reps, device)
     batch = trainers[options.arms[0]][1]
     prompt_tokens = int(batch["prompt_mask"][0].sum())
     lengths = batch["completion_mask"].sum(1).tolist()
@@ -378,11 +436,14 @@ def main(argv=None) -> None:
             f"{seconds(m['backward'])}, forward+backward {seconds(m['forward'] + m['backward'])} "
             f"(weights {str(weight_dtype(trainers[arm][0])).removeprefix('torch.')})"
         )
+    if "gtpo-flex" in trainers:
+        print(_flex_line(trainers["gtpo-flex"][0], flex_calls, reps + 1))
     for line in _ratio_lines(times, options.reference, reps):
         print(line)
     for arm in options.profile:
         trainer, batch = trainers[arm]
-        table = profile_ops(lambda t=trainer, b=batch: t.compute_loss(t.model, b).backward(), device)
+        with arm_environment(arm):
+            table = profile_ops(lambda t=trainer, b=batch: t.compute_loss(t.model, b).backward(), device)
         print(f"profile of {arm} (one forward + backward):")
         print(table.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     dtypes = {weight_dtype(trainer) for trainer, _ in trainers.values()}

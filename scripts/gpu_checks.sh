@@ -2,7 +2,7 @@
 # The checks that need a CUDA GPU, in one run (CI has no GPU; run this by hand on a machine with one):
 #   1. the gpu-marked tests: spans and weights on CUDA, the loss on CUDA, the LM head's Triton kernels
 #      (gtpo.trainer.head_kernels; the CPU tests mock them) against TRL's run twice, the packed layout against TRL's
-#      padded one on CUDA;
+#      padded one on CUDA, with the dense mask and with FlexAttention's block mask (transformers' compiled kernels);
 #   2. the LM-head benchmark at Qwen2.5-1.5B's head shape (bf16), at T = 0.7: TRL's kernel once, twice, ours once;
 #   3. the step's forward + backward (bf16, CUDA events, 30 repetitions: each arm's ratio to TRL's in the same
 #      repetition, its median with a 95 % interval and spread), TRL against GTPO, at the paper-vocabulary shape
@@ -10,7 +10,10 @@
 #      T = 0.7 (in the logs), and at Qwen2.5-3B's whole config (T = 0.7, completions of 256-512 tokens); with
 #      GPU_CHECKS_BASELINE=SHA the 1.5B T = 0.7 run adds that commit's GTPO arm (needs the git history here; a device
 #      copy without it takes GPU_CHECKS_BASELINE_SRC=DIR, a folder holding that version's gtpo/, made beforehand with
-#      `mkdir -p DIR && git archive SHA src/gtpo | tar -x --strip-components=1 -C DIR`);
+#      `mkdir -p DIR && git archive SHA src/gtpo | tar -x --strip-components=1 -C DIR`); then the packed layout's
+#      attention by FlexAttention's block mask (the arm gtpo-flex, opt-in in gtpo, never measured): at Qwen2.5-1.5B's
+#      config beside trl, gtpo and gtpo-padded with its profile, at 3B's beside trl and gtpo (T = 0.7), each under
+#      `timeout 150` (transformers compiles flex attention in the warm-up repetition, for a time not yet measured);
 #   4. `gtpo train` (tiny model, T = 0.7, 3 steps) and `gtpo eval` on its adapter, on CUDA;
 #   5. a decoding token step at Qwen2.5-1.5B's config (bf16, 8 and 64 rows): `decode` against the fixed-shape path,
 #      eager and replayed as a CUDA graph, each against its floor, one read of the weights at the read bandwidth
@@ -81,7 +84,8 @@ subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False)
 EOF
 want tests && step tests "$python" -m pytest -m gpu -q -p no:cacheprovider -o addopts="-ra --strict-markers" \
     tests/core/test_core.py tests/core/test_core_loss.py tests/forward/test_lm_head.py \
-    tests/trainer/test_shared_prefix.py tests/test_graph_decode.py tests/test_counter_sampler.py
+    tests/trainer/test_shared_prefix.py tests/trainer/test_packed_flex.py tests/test_graph_decode.py \
+    tests/test_counter_sampler.py
 want head && step head-logprob "$python" benchmarks/bench_head.py --reps 20
 want head && step head-differentiable "$python" benchmarks/bench_head.py --reps 20 --backward differentiable
 want head && step head-16k "$python" benchmarks/bench_head.py --tokens 16384 --reps 10
@@ -94,6 +98,12 @@ want step && step qwen-t07 "$python" benchmarks/bench_loss_step.py --shape qwen1
     ${GPU_CHECKS_BASELINE_SRC:+--baseline-src "$GPU_CHECKS_BASELINE_SRC"}
 want step && step qwen-t1 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 1.0 --reps 30
 want step && step qwen3b-t07 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 --reps 30
+# FlexAttention's block mask for the packed layout (GTPO_PACKED_ATTENTION=flex, set by the arm): its line says how
+# often flex attention ran, or why the arm fell back to the dense mask.
+want step && step qwen-flex timeout 150 "$python" benchmarks/bench_loss_step.py --shape qwen1.5b --temperature 0.7 \
+    --reps 30 --arms trl gtpo gtpo-padded gtpo-flex --profile gtpo-flex
+want step && step qwen3b-flex timeout 150 "$python" benchmarks/bench_loss_step.py --shape qwen3b --temperature 0.7 \
+    --reps 20 --arms trl gtpo gtpo-flex
 # 4. End to end on CUDA with the command a user runs: GTPO training of the tiny model (dtype auto: bf16 on a GPU) at
 #    T = 0.7, then the transformers evaluation backend on the trained adapter.
 want e2e && rm -rf "$log_dir/e2e-run" "$log_dir/e2e-eval"
@@ -140,7 +150,7 @@ if [[ -n $dry_run ]]; then cat "$log_dir/status.txt"; exit 0; fi
 echo "== summary"
 cat "$log_dir/versions.log"
 want tests && tail -n 4 "$log_dir/tests.log"
-for name in head-logprob head-differentiable head-16k step-t07 qwen-t07 qwen-t1 qwen3b-t07; do
+for name in head-logprob head-differentiable head-16k step-t07 qwen-t07 qwen-t1 qwen3b-t07 qwen-flex qwen3b-flex; do
     [[ -f $log_dir/$name.log ]] || continue
     echo "-- $name"
     grep -E "^(device|forward|roofline|trl|gtpo|MEASUREMENT)" "$log_dir/$name.log"

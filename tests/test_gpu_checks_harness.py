@@ -113,3 +113,44 @@ def test_the_decode_group_measures_each_sampler_and_the_tests_group_runs_the_cou
     assert samplers == set(bench_decode_graph.SAMPLERS) == {"per-row", "multinomial", "counter"}
     assert all(argv[1] == "benchmarks/bench_decode_graph.py" for argv in decode.values())
     assert "tests/test_counter_sampler.py" in steps["tests"] and "tests/test_graph_decode.py" in steps["tests"]
+
+
+# The step group's measured seconds on one H100 (docs/measurements/gpu-h100-20261128/status.txt: step-t07 24,
+# qwen-t07 47, qwen-t1 32; the 3B run's were cut off, about 57 by the group's 160): what the flex runs' timeouts add to.
+STEP_SECONDS_BEFORE_FLEX = 160
+
+
+def test_the_step_group_times_the_flex_arm_within_its_timeouts(tmp_path):
+    """Issue 58 item 1: the step group runs bench_loss_step's gtpo-flex arm (FlexAttention's block mask) beside trl
+    and gtpo at Qwen2.5-1.5B's and 3B's configs (gtpo-padded too at 1.5B, with the flex arm's profile), each command
+    parsing as the benchmark parses it, under a timeout that keeps the group within issue 58's 8 minutes by the
+    measured seconds of its other runs; the earlier runs' arms are unchanged; the tests group runs the flex tests."""
+    import bench_loss_step
+
+    steps = _dry_run(tmp_path, "tests step")
+    flex = {name: argv for name, argv in steps.items() if "gtpo-flex" in argv}
+    assert set(flex) == {"qwen-flex", "qwen3b-flex"}
+    for name, argv in flex.items():
+        assert argv[0] == "timeout" and argv[3] == "benchmarks/bench_loss_step.py"
+        options = bench_loss_step._parse(argv[4:])
+        assert options.reference == "trl" and {"trl", "gtpo", "gtpo-flex"} <= set(options.arms)
+        assert options.shape == {"qwen-flex": "qwen1.5b", "qwen3b-flex": "qwen3b"}[name]
+        assert options.temperature == 0.7 and options.reps >= 6
+    assert "gtpo-padded" in flex["qwen-flex"] and flex["qwen-flex"][-2:] == ["--profile", "gtpo-flex"]
+    assert STEP_SECONDS_BEFORE_FLEX + sum(int(argv[1]) for argv in flex.values()) <= 8 * 60
+    others = [argv for name, argv in steps.items() if name not in flex and name != "tests"]
+    assert others and all("--arms" not in argv for argv in others)  # trl, gtpo, gtpo-padded: the default arms
+    assert "tests/trainer/test_packed_flex.py" in steps["tests"]
+
+
+def test_the_flex_arm_runs_on_a_cpu_and_says_why_it_fell_back(capsys):
+    """On a CPU torch has no FlexAttention backward: the gtpo-flex arm scores with the dense packed mask, its line says
+    so, and its ratio to TRL's is printed like any arm's (the tiny shape, 1 repetition: a check that it runs)."""
+    import bench_loss_step
+
+    bench_loss_step.main(["--shape", "tiny", "--reps", "1", "--arms", "trl", "gtpo-flex"])
+    lines = capsys.readouterr().out.splitlines()
+    line = next(line for line in lines if line.startswith("gtpo-flex attention:"))
+    assert "ran 0 times in 2 runs" in line and "FlexAttention has no backward on cpu" in line
+    assert any(line.startswith("gtpo-flex / trl, forward + backward: ") for line in lines)
+    assert bench_loss_step.ARMS[:3] == ("trl", "gtpo", "gtpo-padded")  # the default arms, unchanged
