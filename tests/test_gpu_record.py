@@ -83,3 +83,22 @@ def test_the_checks_reported_as_passed_passed():
         assert f"reloaded weights: max |Δw| = {delta}" in log, group
         assert delta in README, group
     assert "e2e train: 3 steps" in (RECORD / "e2e-check.log").read_text()
+
+
+def test_the_packed_layouts_attention_times_quoted_are_the_profiles():
+    """The cuDNN attention's device time of each layout (issue 58 item 1: the dense packed mask computes all N²
+    pairs), as qwen-t07.log's two profiles print it (Self CUDA, 28 calls: one per layer)."""
+    text = (RECORD / "qwen-t07.log").read_text()
+    times = {}
+    for block in text.split("profile of ")[1:]:
+        arm = block.split()[0]
+        for kind in ("forward", "backward"):
+            row = re.search(rf"^\s*aten::_cudnn_attention_{kind}\s+(.*)$", block, re.M)[1].split()
+            assert row[-1] == "28", row
+            times[arm, kind] = row[5].removesuffix("ms")
+    assert set(times) == {(arm, kind) for arm in ("gtpo", "gtpo-padded") for kind in ("forward", "backward")}
+    assert (
+        f"the packed layout's cuDNN attention took {times['gtpo', 'forward']} ms forward and "
+        f"{times['gtpo', 'backward']} ms backward over the 28 layers, against {times['gtpo-padded', 'forward']} ms "
+        f"and {times['gtpo-padded', 'backward']} ms in the padded layout"
+    ) in " ".join(PAGE.split())  # the page's lines joined

@@ -108,3 +108,40 @@ def test_block_mask_makes_no_n_by_n_tensor():
         flex.block_mask(packed, block)
     blocks = -(-n // block)
     assert Largest.numel <= blocks * block * blocks < n * n // 8, (Largest.numel, n)
+
+
+def test_the_pair_counts_the_performance_page_quotes_are_the_logged_batches():
+    """docs/performance.md's counts for the H100 record's 1.5B and 3B batches (their logged prompt and completion
+    lengths; one prompt, G = 8): the packed layout's N and N² pairs, the padded layout's B x L², the visible pairs, and
+    the blocks (and pairs) FlexAttention's block mask computes at 128 x 128."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    page = " ".join((root / "docs" / "performance.md").read_text().split())
+    quoted = []
+    for log in ("qwen-t07.log", "qwen3b-t07.log"):
+        text = (root / "docs" / "measurements" / "gpu-h100-20261128" / log).read_text()
+        found = re.search(r"prompt (\d+) tokens, G = 8, completion lengths \[([\d, ]+)\] \(padded to (\d+)\)", text)
+        prompt, lengths, width = int(found[1]), [int(n) for n in found[2].split(",")], int(found[3])
+        ids, mask = _rows([list(range(3, 3 + prompt))], [(0, n) for n in lengths], width)
+        packed = packing.pack(ids, mask, width)
+        n = packed.length
+        built = flex.block_mask(packed)
+        full, partial = int(built.full_kv_num_blocks.sum()), int(built.kv_num_blocks.sum())
+        blocks, visible = full + partial, int(packed.attention_mask.sum())
+        quoted.append(
+            dict(n=f"{n:,}", pairs=f"{n * n / 1e6:.2f} M", padded=f"{8 * (prompt + width) ** 2 / 1e6:.2f} M",
+                 visible=f"{visible / 1e6:.2f} M", blocks=f"{blocks} of {(-(-n // 128)) ** 2}",
+                 flex=f"{blocks * 128 * 128 / 1e6:.2f} M pairs", full=full)
+        )  # fmt: skip
+    small, large = quoted
+    assert (
+        f"N = {small['n']} positions, {small['pairs']} pairs against the padded layout's {small['padded']}, of which "
+        f"{small['visible']} are visible; at 3B's, N = {large['n']}, {large['pairs']} pairs against {large['padded']}, "
+        f"{large['visible']} visible"
+    ) in page
+    assert (
+        f"it computes {small['blocks']} blocks ({small['flex']}, {small['full']} blocks full, with no mask evaluated) "
+        f"and {large['blocks']} ({large['flex']}, {large['full']} full)"
+    ) in page
