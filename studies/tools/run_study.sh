@@ -17,6 +17,7 @@
 #   studies/tools/run_study.sh smollm2-two-step-g-repro             # exploratory: does G's gtpo/seed417 repeat on this CPU?
 #   studies/tools/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
 #   studies/tools/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
+#   studies/tools/run_study.sh smollm2-two-step-h-parts             # exploratory: the filter, Eq. 5 or γ off, at G's low seeds
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -27,7 +28,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen, smollm2-two-step-h-parts"
 name=${1:?usage: studies/tools/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -188,6 +189,21 @@ case $name in
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'common-prefix:--conflict_exclude_common_prefix true'
               --seeds 404 401 417 402 407 403 410 406 418 408 400 409 405
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-h-parts)
+        # Exploratory (no registration), after the screen above found the common-prefix variant failing at six of G's
+        # seven low seeds (held-out pass@1 below 11 percent; docs/studies/lockin.md): which of GTPO's three differences
+        # from GRPO at these seeds carries the failure? The entropy filter (Eq. 6; on at all seven, whose initial
+        # entropy is below ln 2), the conflict correction (Eq. 5) and the entropy term (gamma): each arm turns one off.
+        # G's seven low seeds in the screen's order, the filter's arm first at each; G's settings and held-out
+        # evaluation; the screen's code (code-commit written before the first run), so that G's gtpo and grpo runs and
+        # the screen's at these seeds are the comparison.
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'no-filter:--entropy_filter never'
+              --variant 'no-correction:--conflict_correction false' --variant 'no-entropy-term:--entropy_gamma 0'
+              --seeds 404 417 407 410 418 400 405
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2

@@ -357,3 +357,22 @@ def test_run_study_refuses_study_g_before_its_registration(tmp_path, registratio
     assert result.returncode == 2
     assert "is a draft or missing: register study G before its first run" in result.stderr
     assert not (study / "code-commit").exists()  # nothing pinned, no worktree, no run
+
+
+def test_the_parts_screen_runs_gs_low_seeds_with_one_part_of_gtpo_off_at_the_screens_code():
+    """Exploratory (after the common-prefix screen): G's seven low seeds (GTPO held-out pass@1 below 11 %, the
+    screen's order), one arm per part of GTPO turned off (the filter, Eq. 5, γ), G's settings and evaluation, at the
+    screen's code commit (where G's runs repeated), so G's and the screen's runs are the comparison."""
+    words = _study_arguments("smollm2-two-step-h-parts")
+    screen = _study_arguments("smollm2-two-step-h-screen")
+    assert _variants(words) == [
+        "no-filter:--entropy_filter never",
+        "no-correction:--conflict_correction false",
+        "no-entropy-term:--entropy_gamma 0",
+    ]
+    low = [s for s in _seeds(screen) if s in (400, 404, 405, 407, 410, 417, 418)]
+    assert _seeds(words) == low == [404, 417, 407, 410, 418, 400, 405]
+    assert words[words.index("--save-steps") :] == screen[screen.index("--save-steps") :]  # settings, evaluation
+    study = ROOT / "studies"
+    code = (study / "smollm2-two-step-h-parts" / "code-commit").read_text()
+    assert code == (study / "smollm2-two-step-h-screen" / "code-commit").read_text()
