@@ -170,3 +170,32 @@ def test_the_fresh_make_train_replayed():
     assert monitor.fired_step == {"no_progress": None, "signal_loss": 39}
     assert sum(rows[s]["frac_reward_zero_std"] for s in range(31, 41)) == 9
     assert "no no-progress warning; the signal-loss line at step 39,\nwith 9 of its last 10 groups all-equal" in PAGE
+
+
+def test_the_screens_table_is_the_analysis_of_its_committed_runs():
+    """The screen's table (docs/studies/lockin.md, "What the screen found") recomputed from the committed runs: the
+    seeds below 11 % held-out pass@1 per arm, the seeds locked in (single-equation share >= 0.8 over steps 21-30 of
+    the completion record: the registered H rule, `analyze_preregistered.lockin_share`), and the paired intervals of
+    `analyze_preregistered.h_screen`."""
+    import analyze_preregistered as analysis
+
+    screen = ROOT / "studies" / "smollm2-two-step-h-screen"
+    result = analysis.h_screen(screen, G)
+    assert result["seeds"] == list(analysis.H_SCREEN_SEEDS) and result["missing"] == []
+    roots = {"common-prefix": screen, "gtpo": G, "grpo": G}
+    page = " ".join(PAGE.split())
+    for arm, root in roots.items():
+        below = sorted(result[f"{arm} below 11"])
+        locked = sorted(
+            s for s in result["seeds"] if (analysis.lockin_share(root / "runs" / arm / f"seed{s}") or 0) >= 0.8
+        )
+        if below:
+            assert f"{len(below)} of 13: {', '.join(map(str, below))}" in page, arm
+        if locked:
+            assert f"| {len(locked)}: {', '.join(map(str, locked))} |" in page, arm
+        else:
+            assert arm == "grpo" and "| grpo (G) | none | none |" in page
+    for key in ("common-prefix - grpo", "gtpo - grpo", "common-prefix - gtpo"):
+        r = result[key]
+        assert f"{r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]".replace("-", "−") in page, key
+    assert f"SD {result['common-prefix - grpo']['sd']:.2f}" in page

@@ -37,7 +37,9 @@ def test_no_progress_turns_on_from_step_15_after_three_flat_logs_and_clears_when
     # Held from step 15 (ema 0 <= 0.6), on at step 17 (patience 3); at step 23 the ema is 3.0: off.
     assert flags == [0.0] * 16 + [1.0] * 6 + [0.0] * 3
     assert [row["monitor/accuracy_ema"] for row in logged] == pytest.approx(_ema(accuracy))
-    assert caplog.text.count("no progress at step 17") == 1 and "conflict_exclude_common_prefix" in caplog.text
+    # The line names what to try; not the common-prefix option, which did not prevent the lock-in in its screen.
+    assert caplog.text.count("no progress at step 17") == 1 and "To try: algorithm grpo" in caplog.text
+    assert "conflict_exclude_common_prefix" not in caplog.text
 
 
 def test_signal_loss_is_the_mean_share_of_equal_reward_groups_over_the_last_ten_logs(caplog):

@@ -318,8 +318,8 @@ class ProgressMonitor:
         return (
             f"no progress at step {step}: the smoothed accuracy reward ({self.accuracy_key}) is {self.accuracy:.2f}, "
             f"at most {self.rule.floor:g} since step {self.rule.after}. Under GTPO this is how the studies' lock-in "
-            "looked: Eq. 5 pushed up an opening the whole group shared whatever its rewards (docs/studies/lockin.md). "
-            "To try: conflict_exclude_common_prefix true, or algorithm grpo; under GRPO, a lower learning rate."
+            "looked: the runs locked into one opening and stayed there (docs/studies/lockin.md). "
+            "To try: algorithm grpo, which did not lock in at those seeds; under GRPO, a lower learning rate."
         )
 
 

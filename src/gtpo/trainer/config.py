@@ -184,9 +184,9 @@ class GTPOConfig(GRPOConfig):
             "(gtpo.core.common_prefix_conflicts). What the studies found (SmolLM2-135M, synthetic arithmetic, "
             "exploratory): GTPO's lock-in into a one-equation shortcut in study G (7 of 20 seeds) and its stall in "
             "study E both ran through these tokens, where the groups' own advantages gave the opening about 0 or "
-            "less and Eq. 5 pushed it up. Whether this setting keeps GTPO's gains elsewhere is being screened against "
-            "GRPO, before a pre-registered study; until then an option for runs that lock in "
-            "(monitor/no_progress), not a default (docs/studies/lockin.md)."
+            "less and Eq. 5 pushed it up. But in a screen at 13 of G's seeds it did not prevent the failure: held-out "
+            "pass@1 below 11 % at 6 of G's 7 failed seeds, locked in at 4, about as far behind GRPO as GTPO "
+            "(exploratory, docs/studies/lockin.md). An option for experiments, not a fix; not a default."
         },
     )
     conflict_combine: str = field(
