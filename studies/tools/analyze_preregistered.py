@@ -16,6 +16,8 @@ With the project's interpreter (.venv/bin/python):
     python studies/tools/analyze_preregistered.py g studies/smollm2-two-step-g  # study G: two-step task
     python studies/tools/analyze_preregistered.py h studies/smollm2-two-step-h  # study H: the common-prefix variant
     python studies/tools/analyze_preregistered.py h-screen studies/smollm2-two-step-h-screen studies/smollm2-two-step-g
+    python studies/tools/analyze_preregistered.py h-parts studies/smollm2-two-step-h-parts \
+        studies/smollm2-two-step-h-screen studies/smollm2-two-step-g   # exploratory: GTPO's parts off
     python studies/tools/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
     python studies/tools/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
@@ -797,6 +799,41 @@ def h_screen(screen: Path, g: Path, arm: str = "common-prefix") -> dict:
     return result
 
 
+H_PARTS_ARMS = ("no-filter", "no-correction", "no-entropy-term")  # the parts screen: one part of GTPO off per arm
+H_LOW_SEEDS = (404, 417, 407, 410, 418, 400, 405)  # G's seven seeds where GTPO ended below 11 %, the screen's order
+
+
+def h_parts(parts: Path, screen: Path, g: Path) -> dict:
+    """The parts screen (exploratory): at G's low seeds, per arm (its three, the common-prefix screen's arm, G's gtpo
+    and grpo) held-out pass@1 and the lock-in share (steps 21-30) per seed, the seeds below 11 % and those locked in
+    (share >= 0.8), and each part arm's paired difference from G's gtpo with its 95 % t-interval, over the seeds where
+    both are evaluated. Seeds still running are left out of an arm and listed as missing."""
+    roots = {**{arm: parts for arm in H_PARTS_ARMS}, "common-prefix": screen, "gtpo": g, "grpo": g}
+    result = {"seeds": list(H_LOW_SEEDS), "arms": {}}
+    for arm, root in roots.items():
+        rows = {}
+        for seed in H_LOW_SEEDS:
+            run = root / "runs" / arm / f"seed{seed}"
+            score = pass_at_1(run) if _finished(run) else None
+            if score is not None:
+                rows[seed] = {"pass@1": score, "lockin_share": lockin_share(run)}
+        result["arms"][arm] = {
+            "per_seed": rows,
+            "missing": [s for s in H_LOW_SEEDS if s not in rows],
+            f"below {H_FAILED_BELOW:g}": [s for s, r in rows.items() if r["pass@1"] < H_FAILED_BELOW],
+            "locked_in": [s for s, r in rows.items() if (r["lockin_share"] or 0.0) >= H_LOCKIN_SHARE],
+        }
+    gtpo = result["arms"]["gtpo"]["per_seed"]
+    for arm in (*H_PARTS_ARMS, "common-prefix"):
+        mine = result["arms"][arm]["per_seed"]
+        diffs = [mine[s]["pass@1"] - gtpo[s]["pass@1"] for s in H_LOW_SEEDS if s in mine and s in gtpo]
+        result["arms"][arm]["- gtpo"] = {
+            "differences": diffs,
+            **(mean_interval(diffs).as_dict() if len(diffs) >= 2 else {}),
+        }
+    return result
+
+
 def _tools_module(name: str):
     """studies/tools/<name>.py as a module (studies/tools/ is no package)."""
     import importlib.util
@@ -944,20 +981,22 @@ def main(argv: list[str] | None = None) -> int:
             "g",
             "h",
             "h-screen",
+            "h-parts",
             "power",
             "runs",
             "seeds",
             "heldout",
             "e-secondary",
             "f-subgroups",
-        ),
+        ),  # fmt: skip
     )
     parser.add_argument(
         "study", nargs="?", type=Path, help="the study folder (for c, d, e, f, g, h, runs, seeds, heldout)"
     )
     parser.add_argument(
-        "g_study", nargs="?", type=Path, help="with h-screen: study G's folder (its gtpo and grpo runs)"
+        "g_study", nargs="?", type=Path, help="with h-screen: study G's folder; with h-parts: the screen's"
     )
+    parser.add_argument("third", nargs="?", type=Path, help="with h-parts: study G's folder")
     parser.add_argument(
         "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
     )
@@ -974,6 +1013,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.g_study is None:
             parser.error("h-screen needs the screen's folder and study G's: h-screen SCREEN G")
         print(json.dumps(h_screen(args.study, args.g_study), indent=2))
+        return 0
+    if args.what == "h-parts":
+        if args.g_study is None or args.third is None:
+            parser.error("h-parts needs three folders: h-parts PARTS SCREEN G")
+        print(json.dumps(h_parts(args.study, args.g_study, args.third), indent=2))
         return 0
     if args.what == "runs":
         print("\n".join(runs_table(args.study)))

@@ -661,3 +661,40 @@ def test_h_screen_pairs_the_variant_with_study_gs_runs_and_gives_hs_n(tmp_path):
     assert result["common-prefix - grpo"]["differences"] == pytest.approx([20.0, -20.0])
     assert result["h_pairs"]["screen_sd"] == pytest.approx(math.sqrt(800)) and result["h_pairs"]["n"] == 30
     assert result["gtpo below 11"] == [404] and result["common-prefix below 11"] == []
+
+
+def test_h_parts_counts_failures_and_lockins_per_arm_at_gs_low_seeds(tmp_path):
+    """The parts screen's table at G's low seeds: per arm the seeds below 11 % and those locked in (>= 0.8 of steps
+    21-30's completions single-equation), seeds not yet run listed as missing, and each arm's paired difference from
+    G's gtpo. By hand, at seeds 404 and 417: no-filter 40 and 30 points (share 2/8 and 1/8: not locked), gtpo 5 and 8
+    (8/8 and 7/8: locked): differences +35 and +22, mean 28.5; no-correction 9 at 404 only (7/8: locked, below 11)."""
+    parts, screen, g = tmp_path / "parts", tmp_path / "screen", tmp_path / "g"
+    _h_run(parts, "no-filter", 404, 0.40, 2, None)
+    _h_run(parts, "no-filter", 417, 0.30, 1, None)
+    _h_run(parts, "no-correction", 404, 0.09, 7, 17)
+    _h_run(g, "gtpo", 404, 0.05, 8, 17)
+    _h_run(g, "gtpo", 417, 0.08, 7, 18)
+    result = analysis.h_parts(parts, screen, g)
+    arms = result["arms"]
+    assert arms["no-filter"]["below 11"] == [] and arms["no-filter"]["locked_in"] == []
+    assert arms["no-filter"]["- gtpo"]["differences"] == pytest.approx([35.0, 22.0])
+    assert arms["no-filter"]["- gtpo"]["mean"] == pytest.approx(28.5)
+    assert arms["no-correction"]["below 11"] == [404] and arms["no-correction"]["locked_in"] == [404]
+    assert arms["no-correction"]["missing"] == [417, 407, 410, 418, 400, 405]
+    assert arms["gtpo"]["locked_in"] == [404, 417] and arms["no-entropy-term"]["per_seed"] == {}
+    assert arms["grpo"]["missing"] == list(analysis.H_LOW_SEEDS)
+
+
+def test_h_screen_and_h_parts_take_their_folders_on_the_command_line(tmp_path, capsys):
+    """`h-screen SCREEN G` and `h-parts PARTS SCREEN G` print their JSON; a missing folder is a one-line usage error."""
+    _run(tmp_path / "screen", "common-prefix", 404, [0.0], eval_pass1=0.3)
+    _run(tmp_path / "g", "grpo", 404, [0.0], eval_pass1=0.1)
+    assert analysis.main(["h-screen", str(tmp_path / "screen"), str(tmp_path / "g")]) == 0
+    assert json.loads(capsys.readouterr().out)["missing"] == [s for s in analysis.H_SCREEN_SEEDS]  # gtpo not run
+    assert analysis.main(["h-parts", str(tmp_path / "parts"), str(tmp_path / "screen"), str(tmp_path / "g")]) == 0
+    parts = json.loads(capsys.readouterr().out)
+    assert parts["arms"]["common-prefix"]["per_seed"]["404"]["pass@1"] == pytest.approx(30.0)
+    for argv in (["h-screen", str(tmp_path / "screen")], ["h-parts", str(tmp_path / "parts"), str(tmp_path / "g")]):
+        with pytest.raises(SystemExit):
+            analysis.main(argv)
+    assert "needs" in capsys.readouterr().err
