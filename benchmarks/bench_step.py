@@ -30,6 +30,10 @@ same number of tokens whatever the policy.
   steps after `--warmup` (the first GTPO step also measures ⟨H⟩_ini), of each GTPO step's time
   divided by that of the GRPO step next to it; the paired run is done twice, GTPO first and GRPO
   first, because the first of each pair measured a few percent faster on a shared CPU.
+- On a CPU the paired ratio is biased: the trainers run in threads, where each OpenMP parallel region's hand-off is
+  slower than in a process's main thread (`benchmarks/bench_generate_thread.py`), and TRL's step, with about three
+  times as many small operator calls, pays it more; the alone ratio (printed before the last line: each arm in its own
+  process, as a user runs it) is the one to quote there.
 - Peak memory: one fresh child process per algorithm running the same steps alone;
   `torch.cuda.max_memory_allocated` on CUDA, the process's peak resident set size on CPU.
 
@@ -574,6 +578,18 @@ def main(argv=None) -> None:
         f"median step time: gtpo {median['gtpo']:.3f} s, grpo {median['grpo']:.3f} s; gtpo's own work per step: "
         f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms"
     )
+    alone = {arm: statistics.median(memory[arm]["step_times"]) for arm in ("gtpo", "grpo")}
+    # The paired child runs its trainers in threads; on a CPU an OpenMP hand-off costs more there than in a process's
+    # main thread, and TRL's many small calls pay it more often (benchmarks/bench_generate_thread.py: TRL's generate
+    # 8.6-9.0 s in the main thread, 14.4-16.2 s in a new one, 2-core EPYC, 2026-11-28), so on a CPU the alone ratio,
+    # each arm in its own process's main thread as a user runs it, is the one to quote.
+    quote = (
+        "; on a CPU the figure to quote (the paired runs' threads slow TRL's step more)"
+        if options.device == "cpu"
+        else ""
+    )
+    print(f"alone, each arm in its own process: median step time gtpo {alone['gtpo']:.3f} s, grpo {alone['grpo']:.3f} "
+          f"s, ratio {alone['gtpo'] / alone['grpo']:.3f}{quote}")  # fmt: skip
     # The step's parts, median over both paired runs' measured steps, and what bounds each.
     settings = _settings(options)
     floor = paired[0]["floors"]
