@@ -23,17 +23,17 @@ GRPOConfig option against GRPO with the same option; issue 21's "ratio ≤ 1.05 
 Completions are forced to `max_completion_length` tokens (`min_new_tokens`), so both generate the
 same number of tokens whatever the policy.
 
-- Step time: one child process holds both trainers, each in its own thread running its own
+- Step time: two worker processes, one trainer each in its process's main thread running its own
   `trainer.train()`, and a callback makes them take turns step by step (GTPO, GRPO, GTPO, …), so
   load on a shared machine hits both alike. A step is TRL's `step_time`: generation, scoring, loss
   and backward (the optimizer update, the same for both, is left out). R is the median, over the
   steps after `--warmup` (the first GTPO step also measures ⟨H⟩_ini), of each GTPO step's time
   divided by that of the GRPO step next to it; the paired run is done twice, GTPO first and GRPO
   first, because the first of each pair measured a few percent faster on a shared CPU.
-- On a CPU the paired ratio is biased: the trainers run in threads, where each OpenMP parallel region's hand-off is
-  slower than in a process's main thread (`benchmarks/bench_generate_thread.py`), and TRL's step, with about three
-  times as many small operator calls, pays it more; the alone ratio (printed before the last line: each arm in its own
-  process, as a user runs it) is the one to quote there.
+- Each arm runs in a process's main thread, as a user runs it: until commit 93eb2a0 both trainers ran in threads of
+  one process, where a CPU's OpenMP hand-offs are slower (`benchmarks/bench_generate_thread.py`) and TRL's step, with
+  about three times as many small operator calls, paid more for them, so the paired ratios of earlier CPU records lean
+  towards gtpo; the alone ratio (each arm in its own process, printed before the last line) is beside it to check.
 - Peak memory: one fresh child process per algorithm running the same steps alone;
   `torch.cuda.max_memory_allocated` on CUDA, the process's peak resident set size on CPU.
 
@@ -394,79 +394,103 @@ def _profile_last_generation(trainer, options) -> dict:
     return out
 
 
-def run_paired(options) -> dict:
-    """Both trainers in this process, taking turns step by step: their step times under the same load."""
-    import copy
-    import threading
+ARMS = ("gtpo", "grpo")
 
+
+def run_paired(options) -> dict:
+    """Both trainers under the same load, taking turns step by step, each in its own process's main thread (in
+    threads of one process, a CPU's OpenMP hand-offs are slower and TRL's many small calls pay more for them:
+    `benchmarks/bench_generate_thread.py`). Two spawned workers share a turn (whose step runs) and hand it over at the
+    start of their next step, so each trainer's logging after a step runs in its own turn."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    condition = context.Condition()
+    turn = context.Value("i", ARMS.index(options.first))  # the arm whose step may run
+    done = context.Array("b", len(ARMS))  # which arms have ended (or failed): the other no longer waits for them
+    queue = context.Queue()
+    ready = context.Barrier(len(ARMS))  # no step starts while the other arm still loads its model
+    workers = [context.Process(target=_paired_worker, args=(options, name, condition, turn, done, queue, ready))
+               for name in ARMS]  # fmt: skip
+    for worker in workers:
+        worker.start()
+    results = {}
+    for _ in workers:
+        name, result = queue.get()
+        results[name] = result
+    for worker in workers:
+        worker.join()
+    failed = {name: r for name, r in results.items() if isinstance(r, str)}
+    if failed:
+        raise SystemExit(f"paired worker(s) failed: {failed}")
+    gtpo, grpo = results["gtpo"], results["grpo"]
+    return {
+        "gtpo_step_times": gtpo["step_times"],
+        "grpo_step_times": grpo["step_times"],
+        "gtpo_spans_ms": gtpo["spans_ms"],
+        "gtpo_loss_ms": gtpo["loss_ms"],
+        "parts": {"gtpo": gtpo["parts"], "grpo": grpo["parts"]},
+        "floors": gtpo["floors"],
+    }
+
+
+def _paired_worker(options, name, condition, turn, done, queue, ready) -> None:
+    """One arm of :func:`run_paired` in this spawned process's main thread; puts (name, its figures) on ``queue``,
+    or (name, the error's text) after releasing the other arm."""
+    import torch
     from transformers import TrainerCallback
 
-    turn = {"next": options.first, "done": set()}
-    condition = threading.Condition()
+    me, other = ARMS.index(name), 1 - ARMS.index(name)
 
     class TakeTurns(TrainerCallback):
-        """Hand over at the start of the next step, so each trainer's logging after a step runs in its
-        own turn rather than beside the other trainer's timed step."""
-
-        def __init__(self, name, other):
-            self.name, self.other, self.started = name, other, False
+        def __init__(self):
+            self.started = False
 
         def on_step_begin(self, args, state, control, **kwargs):
             with condition:
                 if self.started:
-                    turn["next"] = self.other
+                    turn.value = other
                     condition.notify_all()
                 self.started = True
-                condition.wait_for(lambda: turn["next"] == self.name or self.other in turn["done"])
+                condition.wait_for(lambda: turn.value == me or done[other])
 
         def on_train_end(self, args, state, control, **kwargs):
-            with condition:
-                turn["done"].add(self.name)
-                turn["next"] = self.other
-                condition.notify_all()
+            release()
 
-    model, tokenizer = _build_model(options.model, options.device)
-    other_model = model if isinstance(model, str) else copy.deepcopy(model)
-    spent = _timed_core(options.device)
-    if isinstance(model, str):  # the tiny model is given by its folder
-        from gtpo.models import load_model
+    def release():
+        with condition:
+            done[me] = 1
+            turn.value = other
+            condition.notify_all()
 
-        floor = floors(load_model(model), options.device)
-    else:
-        floor = floors(model, options.device)
-    trainers = {
-        "gtpo": _make_trainer(options, "gtpo", model, tokenizer, [TakeTurns("gtpo", "grpo")]),
-        "grpo": _make_trainer(options, "grpo", other_model, tokenizer, [TakeTurns("grpo", "gtpo")]),
-    }
-    parts = {name: _timed_parts(trainer, options.device) for name, trainer in trainers.items()}
-    errors = []
+    try:
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        model, tokenizer = _build_model(options.model, options.device)
+        spent = _timed_core(options.device) if name == "gtpo" else None
+        floor = None
+        if name == "gtpo":
+            from gtpo.models import load_model
 
-    def train(name):
-        try:
-            trainers[name].train()
-        except BaseException as error:  # surface it in the main thread, and release the other trainer
-            errors.append(error)
-            with condition:
-                turn["done"].add(name)
-                turn["next"] = "grpo" if name == "gtpo" else "gtpo"
-                condition.notify_all()
-
-    threads = [threading.Thread(target=train, args=(name,)) for name in ("gtpo", "grpo")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    steps = options.warmup + options.steps
-    return {
-        "gtpo_step_times": _step_times(trainers["gtpo"], options.warmup),
-        "grpo_step_times": _step_times(trainers["grpo"], options.warmup),
-        "gtpo_spans_ms": 1e3 * spent["spans"] / steps,
-        "gtpo_loss_ms": 1e3 * spent["loss"] / steps,
-        "parts": {name: {k: v[options.warmup :] for k, v in p.items()} for name, p in parts.items()},
-        "floors": floor,
-    }
+            floor = floors(load_model(model) if isinstance(model, str) else model, options.device)
+        trainer = _make_trainer(options, name, model, tokenizer, [TakeTurns()])
+        parts = _timed_parts(trainer, options.device)
+        ready.wait(timeout=3600)
+        trainer.train()
+        steps = options.warmup + options.steps
+        result = {
+            "step_times": _step_times(trainer, options.warmup),
+            "parts": {k: v[options.warmup :] for k, v in parts.items()},
+            "spans_ms": 1e3 * spent["spans"] / steps if spent else None,
+            "loss_ms": 1e3 * spent["loss"] / steps if spent else None,
+            "floors": floor,
+        }
+    except BaseException as error:  # report it, and let the other arm finish its steps alone
+        ready.abort()  # a worker still waiting to start is released (BrokenBarrierError: it reports and ends too)
+        release()
+        queue.put((name, f"{type(error).__name__}: {error}"))
+        return
+    queue.put((name, result))
 
 
 def run_child(options) -> None:
@@ -579,17 +603,9 @@ def main(argv=None) -> None:
         f"conflict spans {spans:.2f} ms, core loss {loss:.2f} ms"
     )
     alone = {arm: statistics.median(memory[arm]["step_times"]) for arm in ("gtpo", "grpo")}
-    # The paired child runs its trainers in threads; on a CPU an OpenMP hand-off costs more there than in a process's
-    # main thread, and TRL's many small calls pay it more often (benchmarks/bench_generate_thread.py: TRL's generate
-    # 8.6-9.0 s in the main thread, 14.4-16.2 s in a new one, 2-core EPYC, 2026-11-28), so on a CPU the alone ratio,
-    # each arm in its own process's main thread as a user runs it, is the one to quote.
-    quote = (
-        "; on a CPU the figure to quote (the paired runs' threads slow TRL's step more)"
-        if options.device == "cpu"
-        else ""
-    )
+    # Beside the paired ratio, as a check of it: the medians of the alone runs (no turn-taking, so not robust to drift).
     print(f"alone, each arm in its own process: median step time gtpo {alone['gtpo']:.3f} s, grpo {alone['grpo']:.3f} "
-          f"s, ratio {alone['gtpo'] / alone['grpo']:.3f}{quote}")  # fmt: skip
+          f"s, ratio {alone['gtpo'] / alone['grpo']:.3f}")  # fmt: skip
     # The step's parts, median over both paired runs' measured steps, and what bounds each.
     settings = _settings(options)
     floor = paired[0]["floors"]

@@ -392,3 +392,26 @@ def test_step_benchmark_profiles_only_the_first_generation_of_the_last_step():
     assert seen[3] == seen[2]  # the second call of the last step left the profile as the first made it
     assert "aten::mm" in out["table"] and "Self CPU" in out["table"]
     assert bench_step.parse_args(["--model", "smollm2"]).profile_generation is False
+
+
+def test_a_paired_worker_that_fails_reports_it_and_releases_the_other_arm(monkeypatch):
+    """bench_step's paired run has one worker process per arm taking turns; if one fails before or while training, it
+    must say why (its error's text on the queue, which run_paired turns into a one-line exit) and release the other:
+    mark itself done, hand over the turn, and break the start barrier, so the other neither waits for a turn that
+    never comes nor for a partner that never starts. Run here in-process with thread primitives."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    import bench_step
+
+    def broken_model(name, device):
+        raise RuntimeError("no such model here")
+
+    monkeypatch.setattr(bench_step, "_build_model", broken_model)
+    condition, turn, done = threading.Condition(), SimpleNamespace(value=0), [0, 0]
+    out, ready = queue.Queue(), threading.Barrier(2)
+    options = SimpleNamespace(threads=None, model="tiny", device="cpu", warmup=0, steps=1)
+    bench_step._paired_worker(options, "gtpo", condition, turn, done, out, ready)
+    assert out.get_nowait() == ("gtpo", "RuntimeError: no such model here")
+    assert done == [1, 0] and turn.value == 1 and ready.broken
