@@ -30,7 +30,7 @@ same number of tokens whatever the policy.
   steps after `--warmup` (the first GTPO step also measures ⟨H⟩_ini), of each GTPO step's time
   divided by that of the GRPO step next to it; the paired run is done twice, GTPO first and GRPO
   first, because the first of each pair measured a few percent faster on a shared CPU.
-- Each arm runs in a process's main thread, as a user runs it: until commit 93eb2a0 both trainers ran in threads of
+- Each arm runs in a process's main thread, as a user runs it: through commit 93eb2a0 both trainers ran in threads of
   one process, where a CPU's OpenMP hand-offs are slower (`benchmarks/bench_generate_thread.py`) and TRL's step, with
   about three times as many small operator calls, paid more for them, so the paired ratios of earlier CPU records lean
   towards gtpo; the alone ratio (each arm in its own process, printed before the last line) is beside it to check.
@@ -403,6 +403,7 @@ def run_paired(options) -> dict:
     `benchmarks/bench_generate_thread.py`). Two spawned workers share a turn (whose step runs) and hand it over at the
     start of their next step, so each trainer's logging after a step runs in its own turn."""
     import multiprocessing
+    from queue import Empty
 
     context = multiprocessing.get_context("spawn")
     condition = context.Condition()
@@ -415,8 +416,17 @@ def run_paired(options) -> dict:
     for worker in workers:
         worker.start()
     results = {}
-    for _ in workers:
-        name, result = queue.get()
+    while len(results) < len(workers):
+        try:
+            name, result = queue.get(timeout=10)
+        except Empty:  # a worker killed outright (out of memory, a signal) reports nothing: do not wait for it forever
+            dead = [n for n, w in zip(ARMS, workers, strict=True) if n not in results and w.exitcode not in (None, 0)]
+            if dead:
+                for worker in workers:
+                    worker.kill()
+                raise SystemExit(f"paired worker(s) {dead} died without a report (exit {workers[0].exitcode}, "
+                                 f"{workers[1].exitcode}): out of memory?") from None  # fmt: skip
+            continue
         results[name] = result
     for worker in workers:
         worker.join()
