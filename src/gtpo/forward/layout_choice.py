@@ -64,7 +64,7 @@ LAYOUT_COSTS: dict[str, LayoutCosts] = {"cuda": LayoutCosts(flops_per_s=2.5e14, 
 # batch the packed layout can represent; "padded" keeps TRL's padded layout (as use_prefix_sharing=False does).
 # An environment variable, so that a recipe's `env:` block, a command line or a GPU check sets it.
 LAYOUT_ENV = "GTPO_PREFIX_LAYOUT"
-LAYOUTS = ("auto", "packed", "padded")
+LAYOUTS = ("auto", "packed", "padded")  # the first is the default
 
 
 def layout_override(value: str | None = None) -> str:
@@ -76,10 +76,17 @@ def layout_override(value: str | None = None) -> str:
     Returns:
         One of :data:`LAYOUTS`. A value outside them is a one-line ValueError naming the valid ones.
     """
-    source = "layout" if value is not None else LAYOUT_ENV
-    value = value if value is not None else (os.environ.get(LAYOUT_ENV) or "auto")
-    if value not in LAYOUTS:
-        raise ValueError(f"{source}={value!r} is not one of {list(LAYOUTS)}")
+    return _setting(value, "layout", LAYOUT_ENV, LAYOUTS)
+
+
+def _setting(value: str | None, name: str, env: str, choices: tuple[str, ...]) -> str:
+    """``value``, else the environment variable ``env``'s value, else ``choices[0]`` (the default), checked against
+    ``choices``: outside them, a one-line ValueError naming where the value came from (``name`` or ``env``) and the
+    valid ones."""
+    source = name if value is not None else env
+    value = value if value is not None else (os.environ.get(env) or choices[0])
+    if value not in choices:
+        raise ValueError(f"{source}={value!r} is not one of {list(choices)}")
     return value
 
 
@@ -88,7 +95,7 @@ def layout_override(value: str | None = None) -> str:
 # torch's FlexAttention a block mask of the same predicate (`gtpo.forward.flex`), which skips the masked blocks.
 # Opt-in: no GPU has measured it, so :func:`packed_is_cheaper` still counts N² pairs either way.
 ATTENTION_ENV = "GTPO_PACKED_ATTENTION"
-ATTENTIONS = ("dense", "flex")
+ATTENTIONS = ("dense", "flex")  # the first is the default
 
 
 def packed_attention(value: str | None = None) -> str:
@@ -97,11 +104,7 @@ def packed_attention(value: str | None = None) -> str:
     Returns:
         One of :data:`ATTENTIONS`. A value outside them is a one-line ValueError naming the valid ones.
     """
-    source = "attention" if value is not None else ATTENTION_ENV
-    value = value if value is not None else (os.environ.get(ATTENTION_ENV) or "dense")
-    if value not in ATTENTIONS:
-        raise ValueError(f"{source}={value!r} is not one of {list(ATTENTIONS)}")
-    return value
+    return _setting(value, "attention", ATTENTION_ENV, ATTENTIONS)
 
 
 def packed_is_cheaper(
