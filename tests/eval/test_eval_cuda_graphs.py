@@ -16,20 +16,7 @@ import gtpo.decoding.graph as graph_decode
 import gtpo.eval.backends as backends
 from gtpo.cli.eval import parse_eval_args, run_eval_from_args
 from gtpo.eval.runner import EvalConfig, LazyBackend
-
-
-class RunTwice:
-    """Stands in for `gtpo.decoding.graph.CudaGraph` on a CPU: runs the step at capture and again at each replay."""
-
-    captures = 0
-
-    def __init__(self, forward):
-        RunTwice.captures += 1
-        forward()
-        self.forward = forward
-
-    def __call__(self):
-        return self.forward()
+from test_graph_decode import CountingRunTwice  # the CPU stand-in of a CUDA graph, counting its captures
 
 
 @pytest.fixture
@@ -42,7 +29,7 @@ def made(monkeypatch):
         return built[-1][1]
 
     monkeypatch.setitem(backends.BACKENDS, "transformers", factory)
-    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", RunTwice)
+    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", CountingRunTwice)
     return built
 
 
@@ -81,15 +68,15 @@ def test_the_flag_reaches_the_backend_and_the_samples_are_the_same(tmp_path, sha
     """A whole `gtpo eval` job: by default the backend is built with graphs and records its steps (the stand-in
     recorder captures); with --cuda_graphs false it is built without, captures nothing, and records the very
     samples the graph path recorded."""
-    RunTwice.captures = 0
+    CountingRunTwice.captures = 0
     with_graphs = _eval(tmp_path, shared_data, "graphs")
     assert [graphs for graphs, _ in made] == [True]
-    assert made[0][1].recorder is RunTwice and RunTwice.captures > 0
+    assert made[0][1].recorder is CountingRunTwice and CountingRunTwice.captures > 0
 
-    RunTwice.captures = 0
+    CountingRunTwice.captures = 0
     without = _eval(tmp_path, shared_data, "eager", "--cuda_graphs", "false")
     assert [graphs for graphs, _ in made] == [True, False]
-    assert made[1][1].recorder is None and RunTwice.captures == 0
+    assert made[1][1].recorder is None and CountingRunTwice.captures == 0
 
     def key(record):
         return record["problem_id"], record["sample_index"]

@@ -19,20 +19,7 @@ from gtpo.cli.eval import parse_eval_args, run_eval_from_args
 from gtpo.errors import InvalidInput, UsageError
 from gtpo.eval.backends import SamplingSettings, TransformersBackend
 from gtpo.eval.runner import EvalConfig, LazyBackend, load_problems, unit_seed
-
-
-class RunTwice:
-    """Stands in for `gtpo.decoding.graph.CudaGraph` on a CPU: runs the step at capture and again at each replay."""
-
-    captures = 0
-
-    def __init__(self, forward):
-        RunTwice.captures += 1
-        forward()
-        self.forward = forward
-
-    def __call__(self):
-        return self.forward()
+from test_graph_decode import CountingRunTwice  # the CPU stand-in of a CUDA graph, counting its captures
 
 
 def test_the_flag_defaults_to_per_row_and_reaches_the_backend_only_when_set():
@@ -67,15 +54,15 @@ def test_every_path_gives_a_sample_the_same_counter_draws(shared_data, monkeypat
         TransformersBackend("tiny", sampler="counter"),
         TransformersBackend("tiny", fast=False, sampler="counter"),
     )
-    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", RunTwice)
+    monkeypatch.setitem(graph_decode.RECORDERS, "cpu", CountingRunTwice)
     graphs = TransformersBackend("tiny", sampler="counter")
-    assert eager.recorder is None and graphs.recorder is RunTwice
+    assert eager.recorder is None and graphs.recorder is CountingRunTwice
     stop = eager.tokenizer(eager.generate(prompts, seeds, sampling)[0].text, add_special_tokens=False)["input_ids"][3]
     for backend in (eager, plain, graphs):
         backend.eos_ids = [*backend.eos_ids, stop]  # rows end at different steps
-    RunTwice.captures = 0
+    CountingRunTwice.captures = 0
     expected = eager.generate(prompts, seeds, sampling)
-    assert graphs.generate(prompts, seeds, sampling) == expected and RunTwice.captures == 1
+    assert graphs.generate(prompts, seeds, sampling) == expected and CountingRunTwice.captures == 1
     assert plain.generate(prompts, seeds, sampling) == expected
     assert eager.generate(prompts[::-1], seeds[::-1], sampling)[::-1] == expected
     assert any(not c.truncated for c in expected) and any(c.truncated for c in expected)
