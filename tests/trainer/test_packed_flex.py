@@ -33,12 +33,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 
-from test_shared_prefix import SGD, _batch, _check_packed_equals_trl_padded, _Fixed, _trainer, _trl  # noqa: E402
+from test_shared_prefix import (  # noqa: E402
+    _batch,
+    _check_packed_equals_trl_padded,
+    _trainer,
+    _trl,
+    assert_same_update,
+    one_step_update,
+)
 
 from gtpo import GTPOConfig  # noqa: E402
 from gtpo.forward import flex, layout_choice  # noqa: E402
 from gtpo.trainer import prefix_sharing  # noqa: E402
-from trainer_helpers import make_dataset, table_reward, trainable_state  # noqa: E402
 
 K = 6
 
@@ -136,24 +142,11 @@ def test_training_update_with_gradient_checkpointing_equals_the_padded_layout(
     updates = []
     for sharing in (True, False):
         flex_calls.clear()
-        config = dict(
-            output_dir=str(tmp_path / f"out-{sharing}"), per_device_train_batch_size=8, num_generations=4,
-            max_completion_length=8, max_steps=1, report_to=[], use_cpu=True, bf16=False, save_strategy="no",
-            seed=0, disable_tqdm=True, initial_entropy=1.0, use_prefix_sharing=sharing, **SGD,
-        )  # fmt: skip
-        config.update(overrides)
-        trainer = _Fixed(
-            model=tiny_model_path, reward_funcs=table_reward, args=GTPOConfig(**config), train_dataset=make_dataset()
-        )
-        before = trainable_state(trainer.model)
-        trainer.train()
+        trainer, update = one_step_update(tmp_path, tiny_model_path, sharing, overrides)
         assert trainer.model.is_gradient_checkpointing
-        after = trainable_state(trainer.model)
-        updates.append({name: after[name] - before[name] for name in before})
+        updates.append(update)
         assert bool(flex_calls) == sharing
-    assert max(u.abs().max().item() for u in updates[1].values()) > 1e-3  # the step moved the weights
-    for name, expected in updates[1].items():
-        assert (updates[0][name] - expected).norm() <= 1e-4 * expected.norm() + 1e-7, name
+    assert_same_update(*updates)
 
 
 @pytest.mark.parametrize(
