@@ -255,6 +255,14 @@ def _seeds(study: Path, arm: str) -> list[int]:
     return sorted(int(p.name[4:]) for p in (study / "runs" / arm).glob("seed*") if p.name[4:].isdigit())
 
 
+def _finished_runs(study: Path, arm: str):
+    """(seed, run folder) of each of ``arm``'s finished runs in ``study``, by seed."""
+    for seed in _seeds(study, arm):
+        run = study / "runs" / arm / f"seed{seed}"
+        if _finished(run):
+            yield seed, run
+
+
 def study_c(study: Path) -> dict:
     """Study C's primary outcome: runaways per arm and the one-sided Fisher p (alternative: GTPO's rate is lower),
     as registered; the two-sided p beside it is a secondary outcome."""
@@ -662,11 +670,11 @@ G_SEED_SD = 17.64  # the larger SD of the paired pass@1 differences so far: stud
 G_FIRST_STEP = "share of negatives, %"  # two_step_spans.run_counts: negatives whose forward span holds a right step
 
 
-def _two_step_spans():
-    """studies/tools/two_step_spans.py as a module (studies/tools/ is no package)."""
+def _tools_module(name: str):
+    """studies/tools/<name>.py as a module (studies/tools/ is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("two_step_spans", ROOT / "studies" / "tools" / "two_step_spans.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -714,15 +722,12 @@ def study_g(study: Path, arms: tuple[str, str] = G_ARMS, max_steps: int = G_STEP
     share of samples with a correct first step (per arm and paired)."""
     first, second = arms
     result = study_d(study, arms)
-    spans = _two_step_spans()
+    spans = _tools_module("two_step_spans")
     shares = {arm: {} for arm in arms}
     first_steps = {arm: {} for arm in arms}
     ran_away = {arm: {} for arm in arms}
     for arm in arms:
-        for seed in _seeds(study, arm):
-            run = study / "runs" / arm / f"seed{seed}"
-            if not _finished(run):
-                continue
+        for seed, run in _finished_runs(study, arm):
             share = spans.run_counts(run)[G_FIRST_STEP] if (run / "completions").is_dir() else None
             if share is not None:
                 shares[arm][seed] = share
@@ -834,16 +839,6 @@ def h_parts(parts: Path, screen: Path, g: Path) -> dict:
     return result
 
 
-def _tools_module(name: str):
-    """studies/tools/<name>.py as a module (studies/tools/ is no package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def lockin_share(run: Path, steps: tuple[int, int] = H_LOCKIN_STEPS) -> float | None:
     """The share of a run's recorded completions in steps ``steps`` (inclusive) whose reasoning opens with a single
     equation (`lockin_tokens.single_equation_opening` > 0: three numbers before the first "="); None while the run
@@ -882,10 +877,7 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     warned = {arm: {} for arm in arms}
     scores = {arm: {} for arm in arms}
     for arm in arms:
-        for seed in _seeds(study, arm):
-            run = study / "runs" / arm / f"seed{seed}"
-            if not _finished(run):
-                continue
+        for seed, run in _finished_runs(study, arm):
             if (share := lockin_share(run)) is not None:
                 locked[arm][seed] = share >= H_LOCKIN_SHARE
             warned[arm][seed] = no_progress_step(run)
