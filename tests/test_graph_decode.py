@@ -405,3 +405,15 @@ def test_evaluation_with_per_row_seeds_gives_the_same_tokens_with_and_without_gr
     assert any(not c.truncated for c in expected)
     if temperature > 0:
         assert any(c.truncated for c in expected)
+
+
+def test_decode_stats_add_sums_every_field():
+    """`DecodeStats.add` (decode_static and decode add each call's stats to the caller's) sums every field, the capture
+    count and seconds included: by hand, 1..7 plus 10..70."""
+    from dataclasses import fields
+
+    names = [f.name for f in fields(DecodeStats)]
+    total = DecodeStats(**{name: i + 1 for i, name in enumerate(names)})
+    total.add(DecodeStats(**{name: 10 * (i + 1) for i, name in enumerate(names)}))
+    assert [getattr(total, name) for name in names] == [11 * (i + 1) for i in range(len(names))]
+    assert {"captures", "capture_seconds", "useful_row_steps"} <= set(names)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -77,11 +77,9 @@ class DecodeStats:
     capture_seconds: float = 0.0
 
     def add(self, other: DecodeStats) -> None:
-        for name in (
-            "prefill_rows", "prompt_rows", "row_steps", "useful_row_steps", "generate_row_steps", "captures",
-            "capture_seconds",
-        ):  # fmt: skip
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        """Add ``other``'s counts to these, field by field (every field is a count or a sum of seconds)."""
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
 def supports_fast_decode(model) -> str | None:
