@@ -73,6 +73,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from bench_head import cpu_name, seconds
 from floors import Stopwatch, any_bug, floor_ratio_text, matmul_rate, profile_ops
@@ -144,19 +145,9 @@ def _model_and_batch(shape: str, device: str):
     return model, tokenizer, prompt, completions, None
 
 
-@contextlib.contextmanager
 def arm_environment(arm: str):
-    """:data:`ARM_ENV`'s variables for ``arm`` set within the block, and restored after it."""
-    saved = {name: os.environ.get(name) for name in ARM_ENV.get(arm, {})}
-    os.environ.update(ARM_ENV.get(arm, {}))
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """:data:`ARM_ENV`'s variables for ``arm`` set within the block, and the environment restored after it."""
+    return mock.patch.dict(os.environ, ARM_ENV.get(arm, {}))
 
 
 def scratch_dir(arm: str) -> str:
