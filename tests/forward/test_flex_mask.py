@@ -145,3 +145,28 @@ def test_the_pair_counts_the_performance_page_quotes_are_the_logged_batches():
         f"it computes {small['blocks']} blocks ({small['flex']}, {small['full']} blocks full, with no mask evaluated) "
         f"and {large['blocks']} ({large['flex']}, {large['full']} full)"
     ) in page
+
+
+def test_the_visibility_rule_both_masks_read_matches_a_hand_written_layout():
+    """`packing.visible`, the one rule of the dense mask and the block mask: two prompts packed as prefix 0 (2
+    positions), its completions a (2) and b (1), prefix 1 (1), its completion c (2). Written by hand: each position
+    sees, causally, its own prompt's prefix and its own segment, nothing of the other prompt or a sibling."""
+    from gtpo.forward.packing import visible
+
+    segment = torch.tensor([-1, -1, 0, 0, 1, -1, 2, 2])
+    prompt_of = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0, 0, 0, 0],  # prefix 0
+            [1, 1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0, 0, 0],  # a
+            [1, 1, 1, 1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 1, 0, 0, 0],  # b: not a
+            [0, 0, 0, 0, 0, 1, 0, 0],  # prefix 1: nothing of prompt 0
+            [0, 0, 0, 0, 0, 1, 1, 0],  # c
+            [0, 0, 0, 0, 0, 1, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    position = torch.arange(8)
+    assert torch.equal(visible(segment, prompt_of, position.unsqueeze(1), position.unsqueeze(0)), expected)

@@ -29,6 +29,8 @@ import importlib
 
 import torch
 
+from gtpo.forward.packing import visible
+
 BLOCK_SIZE = 128  # torch's default sparse block (_DEFAULT_SPARSE_BLOCK_SIZE): the kernels' tiles divide it
 # Devices where torch's flex_attention refuses a backward (torch 2.13: "FlexAttention does not support backward on
 # CPU"): there the flex layout scores only batches that need no gradient.
@@ -63,11 +65,10 @@ def _mask_mod(packed, padded_length: int):
     segment = torch.nn.functional.pad(packed.segment, (0, pad), value=-2)
     prompt_of = torch.nn.functional.pad(packed.prompt_of, (0, pad), value=-1)
 
-    def visible(batch, head, query, key):
-        same_prompt = prompt_of[query] == prompt_of[key]
-        return (query >= key) & same_prompt & ((segment[key] == -1) | (segment[query] == segment[key]))
+    def mask_mod(batch, head, query, key):
+        return visible(segment, prompt_of, query, key)
 
-    return visible
+    return mask_mod
 
 
 def block_mask(packed, block_size: int = BLOCK_SIZE):

@@ -32,6 +32,22 @@ from gtpo.forward import trl_head
 MASKED_ATTENTION = ("sdpa", "eager")
 
 
+def visible(segment: torch.Tensor, prompt_of: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Whether packed position ``query`` may attend to packed position ``key``: causally, within its own prompt, to
+    the prompt's prefix (segment -1) or to its own segment. The one rule both forms of the mask read
+    (`PackedBatch.attention_mask`, dense; `gtpo.forward.flex`'s block mask, per pair).
+
+    Args:
+        segment, prompt_of: (N,) each position's segment (-1: a prompt's prefix) and prompt index.
+        query, key: position indices of any shapes that broadcast together.
+
+    Returns:
+        bool, the broadcast shape of ``query`` and ``key``.
+    """
+    same_prompt = prompt_of[query] == prompt_of[key]
+    return (query >= key) & same_prompt & ((segment[key] == -1) | (segment[query] == segment[key]))
+
+
 @dataclass
 class PackedBatch:
     """One micro-batch packed as a single sequence of N positions.
@@ -70,10 +86,8 @@ class PackedBatch:
         causally, within its own prompt, to the prefix or to its own segment. Built on first use, so a batch that
         `choose_layout` sends to the padded layout never allocates the N x N mask."""
         n = self.length
-        causal = torch.ones(n, n, dtype=torch.bool, device=self.segment.device).tril_()
-        same_prompt = self.prompt_of.unsqueeze(1) == self.prompt_of.unsqueeze(0)
-        visible = (self.segment.unsqueeze(0) == -1) | (self.segment.unsqueeze(1) == self.segment.unsqueeze(0))
-        mask = (causal & same_prompt & visible).reshape(1, 1, n, n)
+        position = torch.arange(n, device=self.segment.device)
+        mask = visible(self.segment, self.prompt_of, position.unsqueeze(1), position.unsqueeze(0)).reshape(1, 1, n, n)
         if self.mask_dtype is None:
             return mask
         additive = torch.zeros(mask.shape, dtype=self.mask_dtype, device=mask.device)
