@@ -836,7 +836,39 @@ def h_parts(parts: Path, screen: Path, g: Path) -> dict:
             "differences": diffs,
             **(mean_interval(diffs).as_dict() if len(diffs) >= 2 else {}),
         }
+    result["choice"] = h_parts_choice(result)
     return result
+
+
+H_RESCUES_NEEDED = 5  # of G's seven low seeds: a part arm qualifies as H's variant when it rescues at least this many
+
+
+def h_parts_choice(parts: dict) -> dict:
+    """H's variant from the parts screen, by the rule its README wrote before any of its outcomes was read: an arm
+    *rescues* a seed when its held-out pass@1 there is at least H_FAILED_BELOW points and it did not lock in (share
+    below H_LOCKIN_SHARE, or no record). An arm qualifies when it rescues at least H_RESCUES_NEEDED of the seven;
+    of those the one with the most rescues, then the higher mean pass@1 over the seven, is chosen. No choice while
+    any part arm has a seed missing; None when no arm qualifies (no single part carries the failure).
+
+    Args:
+        parts: ``h_parts``' result (its "arms" with per-seed pass@1 and lock-in shares).
+
+    Returns:
+        {"complete", "rescued": {arm: seeds}, "mean_pass@1": {arm: points}, "qualifying": [arms], "chosen": arm or None}
+    """
+    arms = {arm: parts["arms"][arm] for arm in H_PARTS_ARMS}
+    rescued = {
+        arm: [s for s, r in a["per_seed"].items()
+              if r["pass@1"] >= H_FAILED_BELOW and (r["lockin_share"] or 0.0) < H_LOCKIN_SHARE]
+        for arm, a in arms.items()
+    }  # fmt: skip
+    scores = {arm: [r["pass@1"] for r in a["per_seed"].values()] for arm, a in arms.items()}
+    means = {arm: math.fsum(v) / len(v) if v else None for arm, v in scores.items()}
+    complete = all(not a["missing"] for a in arms.values())
+    qualifying = [arm for arm in H_PARTS_ARMS if len(rescued[arm]) >= H_RESCUES_NEEDED]
+    chosen = max(qualifying, key=lambda arm: (len(rescued[arm]), means[arm])) if complete and qualifying else None
+    return {"complete": complete, "rescued": rescued, "mean_pass@1": means, "qualifying": qualifying,
+            "chosen": chosen}  # fmt: skip
 
 
 def lockin_share(run: Path, steps: tuple[int, int] = H_LOCKIN_STEPS) -> float | None:

@@ -698,3 +698,48 @@ def test_h_screen_and_h_parts_take_their_folders_on_the_command_line(tmp_path, c
         with pytest.raises(SystemExit):
             analysis.main(argv)
     assert "needs" in capsys.readouterr().err
+
+
+def _parts_result(per_arm: dict[str, dict[int, tuple[float, float]]]) -> dict:
+    """h_parts' shape from {arm: {seed: (pass@1 points, lock-in share)}}; seeds not given are missing."""
+    arms = {}
+    for arm in analysis.H_PARTS_ARMS:
+        rows = {s: {"pass@1": p, "lockin_share": share} for s, (p, share) in per_arm.get(arm, {}).items()}
+        arms[arm] = {"per_seed": rows, "missing": [s for s in analysis.H_LOW_SEEDS if s not in rows]}
+    return {"seeds": list(analysis.H_LOW_SEEDS), "arms": arms}
+
+
+def test_h_parts_choice_follows_the_rule_written_before_the_screens_outcomes():
+    """H's variant from the parts screen (its README's rule): a seed is rescued at >= 11 points and a lock-in share
+    below 0.8; an arm qualifies with >= 5 rescues of 7; the most rescues win, then the higher mean. By hand:
+    no-filter rescues 5 (two seeds at 5 points), mean (5*40 + 2*5)/7 = 30; no-correction rescues 6 but one of its
+    seven is 50 points locked in (share 0.9: not a rescue), mean (6*20 + 50)/7; no-entropy-term rescues 4 (11.0 counts,
+    10.99 does not; a share of None counts as not locked). Chosen: no-correction (6 > 5 despite the lower mean)."""
+    seeds = analysis.H_LOW_SEEDS
+    table = {
+        "no-filter": {s: ((40.0, 0.1) if i < 5 else (5.0, 0.95)) for i, s in enumerate(seeds)},
+        "no-correction": {s: ((20.0, 0.5) if i < 6 else (50.0, 0.9)) for i, s in enumerate(seeds)},
+        "no-entropy-term": {s: ((11.0, None) if i < 4 else (10.99, 0.0)) for i, s in enumerate(seeds)},
+    }
+    choice = analysis.h_parts_choice(_parts_result(table))
+    assert choice["complete"] and choice["qualifying"] == ["no-filter", "no-correction"]
+    assert choice["rescued"]["no-filter"] == list(seeds[:5]) and len(choice["rescued"]["no-entropy-term"]) == 4
+    assert choice["mean_pass@1"]["no-filter"] == pytest.approx(30.0)
+    assert choice["mean_pass@1"]["no-correction"] == pytest.approx((6 * 20 + 50) / 7)
+    assert choice["chosen"] == "no-correction"
+    table["no-correction"][seeds[0]] = (5.0, 0.0)  # now 5 rescues each: the higher mean (no-filter's 30) decides
+    assert analysis.h_parts_choice(_parts_result(table))["chosen"] == "no-filter"
+
+
+def test_h_parts_choice_chooses_nothing_while_a_seed_is_missing_or_when_no_arm_rescues_five():
+    """No choice from an unfinished screen (a part arm with a seed missing), and none when every arm rescues at most
+    four of the seven: then no single part carries the failure."""
+    seeds = analysis.H_LOW_SEEDS
+    rescues_all = {s: (40.0, 0.0) for s in seeds}
+    partial = _parts_result({"no-filter": rescues_all, "no-correction": dict(list(rescues_all.items())[:6])})
+    choice = analysis.h_parts_choice(partial)
+    assert not choice["complete"] and choice["qualifying"] == ["no-filter", "no-correction"]
+    assert choice["chosen"] is None
+    four = {s: ((40.0, 0.0) if i < 4 else (3.0, 1.0)) for i, s in enumerate(seeds)}
+    none = analysis.h_parts_choice(_parts_result({arm: four for arm in analysis.H_PARTS_ARMS}))
+    assert none["complete"] and none["qualifying"] == [] and none["chosen"] is None
