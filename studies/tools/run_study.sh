@@ -18,6 +18,7 @@
 #   studies/tools/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
 #   studies/tools/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
 #   studies/tools/run_study.sh smollm2-two-step-h-parts             # exploratory: the filter, Eq. 5 or γ off, at G's low seeds
+#   studies/tools/run_study.sh smollm2-two-step-h                   # study H (pre-registered): GTPO, a variant, GRPO
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
 # evaluation, longer beside other work). The first call pins the code: it writes the commit to studies/NAME/code-commit and makes a git
@@ -28,7 +29,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen, smollm2-two-step-h-parts"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen, smollm2-two-step-h-parts, smollm2-two-step-h"
 name=${1:?usage: studies/tools/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -155,10 +156,7 @@ case $name in
         # recipe ships against GRPO, 20 fresh paired seeds, study D's held-out evaluation on the two-step task. The
         # step count and learning rate are the registration's (40 steps at the recipe's 2e-4, chosen on the pilot).
         # It refuses to start from a draft.
-        if grep -q '^> DRAFT' "$study/PREREGISTRATION.md" 2>/dev/null || [ ! -f "$study/PREREGISTRATION.md" ]; then
-            echo "run_study.sh: $study/PREREGISTRATION.md is a draft or missing: register study G before its first run" >&2
-            exit 2
-        fi
+        registered=G
         recipe=$pinned_recipe
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'grpo:--algorithm grpo'
@@ -206,10 +204,33 @@ case $name in
               --seeds 404 417 407 410 418 400 405
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-h)
+        # Study H, pre-registered in studies/smollm2-two-step-h/PREREGISTRATION.md (issue 56): the paper's GTPO, the
+        # variant chosen from the screens before it (docs/studies/lockin.md) and GRPO, in this order at each seed, fresh
+        # seeds from 500, G's settings and held-out evaluation, the two-step recipe pinned. The variant arm and the
+        # number of seeds are the registration's (analyze_preregistered.py's H_ARMS, h_pairs). It refuses to start
+        # from a draft.
+        registered=H
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'common-prefix:--conflict_exclude_common_prefix true'
+              --variant 'grpo:--algorithm grpo'
+              --seeds 500 501 502 503 504 505 506 507 508 509 510 511 512 513 514 515 516 517 518 519
+                      520 521 522 523 524 525 526 527 528 529
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2
        exit 2 ;;
 esac
 
+# A pre-registered study (its case sets registered=LETTER) never starts its first run from a draft (a PREREGISTRATION.md
+# beginning "> DRAFT") or without one, so no run can precede the registration's commit.
+if [ -n "${registered:-}" ]; then
+    if grep -q '^> DRAFT' "$study/PREREGISTRATION.md" 2>/dev/null || [ ! -f "$study/PREREGISTRATION.md" ]; then
+        echo "run_study.sh: $study/PREREGISTRATION.md is a draft or missing: register study $registered before its first run" >&2
+        exit 2
+    fi
+fi
 mkdir -p "$study"
 [ -f "$study/code-commit" ] || git rev-parse HEAD > "$study/code-commit"
 commit=$(cat "$study/code-commit")

@@ -337,26 +337,43 @@ def test_the_guard_gamma_screen_runs_fs_runaway_seeds_at_fs_settings_and_code():
     assert code == (study / "smollm2-synthetic-lr2e-4-f" / "code-commit").read_text()
 
 
-@pytest.mark.parametrize(
-    "registration", [None, "# Study G\n\n> DRAFT, not registered: ...\n"], ids=["missing", "draft"]
-)
-def test_run_study_refuses_study_g_before_its_registration(tmp_path, registration):
-    """Study G is pre-registered: run_study.sh must not start its first run from a draft (the line '> DRAFT' at the
-    top) or without the file, so no run can precede the registration's commit (issue 48, item 5)."""
+@pytest.mark.parametrize("letter,name", [("G", "smollm2-two-step-g"), ("H", "smollm2-two-step-h")])
+@pytest.mark.parametrize("registration", [None, "# Study\n\n> DRAFT, not registered: ...\n"], ids=["missing", "draft"])
+def test_run_study_refuses_a_preregistered_study_before_its_registration(tmp_path, registration, letter, name):
+    """Studies G and H are pre-registered: run_study.sh must not start a first run from a draft (the line '> DRAFT' at
+    the top) or without the file, so no run can precede the registration's commit (issue 48 item 5, issue 56 item 5)."""
     (tmp_path / "studies" / "tools").mkdir(parents=True)
     shutil.copy(ROOT / "studies" / "tools" / "run_study.sh", tmp_path / "studies" / "tools" / "run_study.sh")
-    study = tmp_path / "studies" / "smollm2-two-step-g"
+    study = tmp_path / "studies" / name
     study.mkdir(parents=True)
     if registration is not None:
         (study / "PREREGISTRATION.md").write_text(registration)
     result = subprocess.run(
-        ["bash", str(tmp_path / "studies" / "tools" / "run_study.sh"), "smollm2-two-step-g"],
+        ["bash", str(tmp_path / "studies" / "tools" / "run_study.sh"), name],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 2
-    assert "is a draft or missing: register study G before its first run" in result.stderr
+    assert f"is a draft or missing: register study {letter} before its first run" in result.stderr
     assert not (study / "code-commit").exists()  # nothing pinned, no worktree, no run
+
+
+def test_study_h_runs_its_arms_in_hs_order_on_fresh_seeds_at_gs_settings():
+    """Study H (issue 56, item 5): the paper's gtpo, the chosen variant and grpo, in analyze_preregistered's H_ARMS
+    order (the analysis reads the same names), consecutive fresh seeds from 500 in a number h_pairs may give, and G's
+    settings and held-out evaluation from --save-steps on, the two-step recipe pinned."""
+    words = _study_arguments("smollm2-two-step-h")
+    g = _study_arguments("smollm2-two-step-g")
+    from cli_helpers import load_script
+
+    analysis = load_script("analyze_preregistered")
+    assert [v.partition(":")[0] for v in _variants(words)] == list(analysis.H_ARMS)
+    assert _variants(words)[0] == "gtpo:" and _variants(words)[-1] == "grpo:--algorithm grpo"
+    seeds = _seeds(words)
+    assert seeds == list(range(500, 500 + len(seeds))) and len(seeds) in analysis.H_PAIRS_CHOICES
+    assert words[words.index("--save-steps") :] == g[g.index("--save-steps") :]
+    script = (ROOT / "studies" / "tools" / "run_study.sh").read_text()
+    assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-h)") :]
 
 
 def test_the_parts_screen_runs_gs_low_seeds_with_one_part_of_gtpo_off_at_the_screens_code():
