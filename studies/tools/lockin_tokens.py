@@ -10,7 +10,8 @@ Per recorded group (one per step) and completion i, with λ_{i,t} the recorded �
 Eq. 5), A'_i the advantage the loss weighted (after δ_i and the shift -γ⟨H⟩_i of Eq. 7) and w_i = 1/|o_i| (loss_type
 grpo), a set of tokens P gets the *push* Σ_i Σ_{t∈P_i} λ_{i,t}·A'_i·w_i (up to the tokens' gradients and 1/N; what
 the run's loss gave P) and the *plain push* Σ_i Σ_{t∈P_i} A'_i·w_i (the same group's update without the correction).
-The *entropy part* is the push with A'_i - A_i in place of A'_i (the shift and δ). Token sets: the common prefix
+The *entropy part* is the push with A'_i - A_i in place of A'_i (the shift and δ), split into its *filter part*
+(δ_i·A_i - A_i: the updates Eq. 6's filter removed) and its *γ part* (A'_i - δ_i·A_i: the shift of Eq. 7). Token sets: the common prefix
 (`gtpo.core.common_prefix_conflicts` on the recorded ids and A_i), the rest of the forward span (position only), the
 backward span, and, on the two-step task, the single-equation opening: the tokens up to the "=" of a completion whose
 first equation holds three numbers ("9 + 5 + 7 = 21."). A GRPO run's record holds the spans and λ its group would have
@@ -64,6 +65,7 @@ def group_terms(columns: dict, rows: list[int], group_size: int) -> dict:
     tokens = torch.tensor([r + [0] * (t - len(r)) for r in ids])  # (G, T)
     mask = torch.tensor([[True] * len(r) + [False] * (t - len(r)) for r in ids])  # (G, T)
     adv = torch.tensor([float(columns["advantage"][i]) for i in rows])  # (G,) A_i
+    kept = torch.tensor([0.0 if columns["entropy_filtered"][i] else 1.0 for i in rows])  # (G,) δ_i
     used = torch.tensor([float(columns["advantage_used"][i] or 0.0) for i in rows])  # (G,) A'_i
     pos = torch.arange(t)
     lengths = mask.sum(-1, keepdim=True)  # (G, 1)
@@ -81,6 +83,18 @@ def group_terms(columns: dict, rows: list[int], group_size: int) -> dict:
         out[f"{name}: push"] = float((where * lam * (used * w).unsqueeze(-1)).sum())
         out[f"{name}: plain"] = float((where * (used * w).unsqueeze(-1)).sum())
         out[f"{name}: entropy part"] = float((where * lam * ((used - adv) * w).unsqueeze(-1)).sum())
+        out[f"{name}: filter part"] = float((where * lam * ((kept * adv - adv) * w).unsqueeze(-1)).sum())
+        out[f"{name}: gamma part"] = float((where * lam * ((used - kept * adv) * w).unsqueeze(-1)).sum())
+    has_opening, filtered, negative = opening_len > 0, kept == 0, adv < 0
+    out["filtered"] = int(filtered.sum())
+    out["filtered negatives"] = int((filtered & negative).sum())
+    out["filtered single-equation negatives"] = int((filtered & negative & has_opening).sum())
+    out["single-equation negatives"] = int((negative & has_opening).sum())
+    # The group's evidence on the opening (GRPO's update, Σ A_i·w_i over its tokens) against what is left of it once
+    # Eq. 6 has dropped completions (Σ δ_i·A_i·w_i): the filter alone turns it from down (or none) to up.
+    evidence = float((opening * (adv * w).unsqueeze(-1)).sum())
+    after_filter = float((opening * ((kept * adv) * w).unsqueeze(-1)).sum())
+    out["opening flipped by the filter"] = int(evidence <= 0 < after_filter)
     out["opening in common prefix"] = int((opening & common).sum())
     out["opening in forward span"] = int((opening & fw).sum())
     # The correction turns the group's update on the opening from down (or none) to up.
