@@ -11,11 +11,11 @@ Eq. 5), A'_i the advantage the loss weighted (after δ_i and the shift -γ⟨H�
 grpo), a set of tokens P gets the *push* Σ_i Σ_{t∈P_i} λ_{i,t}·A'_i·w_i (up to the tokens' gradients and 1/N; what
 the run's loss gave P) and the *plain push* Σ_i Σ_{t∈P_i} A'_i·w_i (the same group's update without the correction).
 The *entropy part* is the push with A'_i - A_i in place of A'_i (the shift and δ), split into its *filter part*
-(δ_i·A_i - A_i: the updates Eq. 6's filter removed) and its *γ part* (A'_i - δ_i·A_i: the shift of Eq. 7). Token sets: the common prefix
-(`gtpo.core.common_prefix_conflicts` on the recorded ids and A_i), the rest of the forward span (position only), the
-backward span, and, on the two-step task, the single-equation opening: the tokens up to the "=" of a completion whose
-first equation holds three numbers ("9 + 5 + 7 = 21."). A GRPO run's record holds the spans and λ its group would have
-had: its push is its plain push.
+(δ_i·A_i − A_i: the updates Eq. 6's filter removed) and its *γ part* (A'_i − δ_i·A_i: the shift of Eq. 7). Token sets:
+the common prefix (`gtpo.core.common_prefix_conflicts` on the recorded ids and A_i), the rest of the forward span
+(position only), the backward span, and, on the two-step task, the single-equation opening: the tokens up to the "="
+of a completion whose first equation holds three numbers ("9 + 5 + 7 = 21."). A GRPO run's record holds the spans and
+λ its group would have had: its push is its plain push.
 
 Output: per run, windows of 10 steps, JSON (the study document quotes the tables; labelled exploratory there).
 """
