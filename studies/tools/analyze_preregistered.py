@@ -18,6 +18,7 @@ With the project's interpreter (.venv/bin/python):
     python studies/tools/analyze_preregistered.py h-screen studies/smollm2-two-step-h-screen studies/smollm2-two-step-g
     python studies/tools/analyze_preregistered.py h-parts studies/smollm2-two-step-h-parts \
         studies/smollm2-two-step-h-screen studies/smollm2-two-step-g   # exploratory: GTPO's parts off
+    python studies/tools/analyze_preregistered.py h-screen PARTS G --arm ARM --with FOLLOWUP  # a part arm, 13 seeds
     python studies/tools/analyze_preregistered.py e-secondary studies/smollm2-synthetic-lr1e-3-e  # E, steps 11-15
     python studies/tools/analyze_preregistered.py f-subgroups studies/smollm2-synthetic-lr2e-4-f  # post hoc
 
@@ -776,13 +777,27 @@ def h_pairs(screen_sd: float) -> int:
     return H_PAIRS_CHOICES[-1]
 
 
-def h_screen(screen: Path, g: Path, arm: str = "common-prefix") -> dict:
+def h_screen(screen: Path, g: Path, arm: str = "common-prefix", also: tuple[Path, ...] = ()) -> dict:
     """The screen for study H (exploratory): the variant's held-out pass@1 at each screen seed against study G's
     gtpo and grpo runs at the same seed (G repeats bit for bit on the screen's code: its control), the paired
     differences with their SD, and the n H registers from it (``h_pairs``). Seeds where any of the three is not
-    evaluated are left out and listed."""
+    evaluated are left out and listed.
+
+    Args:
+        screen: the folder with the variant's runs (``runs/<arm>/seed<S>``).
+        g: study G's folder.
+        arm: the variant's arm name.
+        also: more folders with the same arm's runs at other seeds (a part arm chosen at G's seven low seeds, then
+            run at the six others); a seed in two folders is an error.
+    """
+    variant: dict[int, float | None] = {}
+    for folder in (screen, *also):
+        for s in _seeds(folder, arm):
+            if s in variant:
+                raise SystemExit(f"h-screen: {arm}/seed{s} is in more than one folder; give each seed once")
+            variant[s] = pass_at_1(folder / "runs" / arm / f"seed{s}")
     scores = {
-        arm: {s: pass_at_1(screen / "runs" / arm / f"seed{s}") for s in _seeds(screen, arm)},
+        arm: variant,
         **{a: {s: pass_at_1(g / "runs" / a / f"seed{s}") for s in _seeds(g, a)} for a in G_ARMS},
     }
     seeds = [s for s in H_SCREEN_SEEDS if all(scores[a].get(s) is not None for a in scores)]
@@ -1024,9 +1039,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
     )
+    parser.add_argument("--arm", default="common-prefix", help="with h-screen: the variant's arm (default %(default)s)")
+    parser.add_argument(
+        "--with", dest="also", type=Path, action="append", default=[], metavar="FOLDER",
+        help="with h-screen: another folder with the same arm's runs at other seeds (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.arms and args.what not in ("e", "seeds", "heldout"):
         parser.error("--arms goes with e, seeds or heldout")
+    if (args.also or args.arm != "common-prefix") and args.what != "h-screen":
+        parser.error("--arm and --with go with h-screen")
     arms = tuple(args.arms) if args.arms else None
     if args.what == "power":
         print("\n".join(power_table()))
@@ -1036,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "h-screen":
         if args.g_study is None:
             parser.error("h-screen needs the screen's folder and study G's: h-screen SCREEN G")
-        print(json.dumps(h_screen(args.study, args.g_study), indent=2))
+        print(json.dumps(h_screen(args.study, args.g_study, args.arm, tuple(args.also)), indent=2))
         return 0
     if args.what == "h-parts":
         if args.g_study is None or args.third is None:

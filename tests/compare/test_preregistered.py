@@ -743,3 +743,28 @@ def test_h_parts_choice_chooses_nothing_while_a_seed_is_missing_or_when_no_arm_r
     four = {s: ((40.0, 0.0) if i < 4 else (3.0, 1.0)) for i, s in enumerate(seeds)}
     none = analysis.h_parts_choice(_parts_result({arm: four for arm in analysis.H_PARTS_ARMS}))
     assert none["complete"] and none["qualifying"] == [] and none["chosen"] is None
+
+
+def test_h_screen_joins_a_part_arm_from_the_parts_screen_and_its_follow_up(tmp_path, capsys):
+    """A part arm chosen at G's low seeds and then run at the six others: h-screen pairs its runs from both folders
+    with G's. By hand: no-filter 40 at 404 (parts folder) and 20 at 401 (follow-up); grpo 10 and 40: differences +30,
+    -20, SD sqrt(1250) = 35.4 -> 30 pairs. A seed in both folders is refused; --arm/--with on the command line."""
+    parts, follow, g = tmp_path / "parts", tmp_path / "follow", tmp_path / "g"
+    _run(parts, "no-filter", 404, [0.0], eval_pass1=0.40)
+    _run(follow, "no-filter", 401, [0.0], eval_pass1=0.20)
+    for seed, grpo, gtpo in ((404, 0.10, 0.05), (401, 0.40, 0.45)):
+        _run(g, "grpo", seed, [0.0], eval_pass1=grpo)
+        _run(g, "gtpo", seed, [0.0], eval_pass1=gtpo)
+    result = analysis.h_screen(parts, g, "no-filter", (follow,))
+    assert result["seeds"] == [404, 401]
+    assert result["no-filter - grpo"]["differences"] == pytest.approx([30.0, -20.0])
+    assert result["h_pairs"]["screen_sd"] == pytest.approx(math.sqrt(1250)) and result["h_pairs"]["n"] == 30
+    argv = ["h-screen", str(parts), str(g), "--arm", "no-filter", "--with", str(follow)]
+    assert analysis.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["seeds"] == [404, 401]
+    _run(follow, "no-filter", 404, [0.0], eval_pass1=0.50)
+    with pytest.raises(SystemExit, match="no-filter/seed404 is in more than one folder"):
+        analysis.h_screen(parts, g, "no-filter", (follow,))
+    with pytest.raises(SystemExit):
+        analysis.main(["h-parts", str(parts), str(g), str(g), "--arm", "no-filter"])
+    assert "--arm and --with go with h-screen" in capsys.readouterr().err
