@@ -70,6 +70,23 @@ def test_every_path_gives_a_sample_the_same_counter_draws(shared_data, monkeypat
     assert per_row != expected
 
 
+def test_greedy_decoding_builds_no_sampler_on_either_path(shared_data, monkeypatch):
+    """At temperature 0 both paths decode greedily: neither sampler is built (the counter sampler's seeds and warpers
+    would go unused), and the counter and per-row backends give the same greedy tokens."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a sampler was built for greedy decoding")
+
+    prompts = [load_problems("gsm8k", "test", str(shared_data / "gsm8k" / "test.jsonl"), limit=1)[0].prompt] * 2
+    greedy = SamplingSettings(temperature=0, max_new_tokens=6)
+    expected = TransformersBackend("tiny", fast=False).generate(prompts, [1, 2], greedy)
+    monkeypatch.setattr(backends, "counter_sampler", refuse)
+    monkeypatch.setattr(backends, "per_row_sampler", refuse)
+    for fast in (True, False):
+        backend = TransformersBackend("tiny", fast=fast, sampler="counter")
+        assert backend.generate(prompts, [1, 2], greedy) == expected
+
+
 def _eval(tmp_path, shared_data, *flags):
     argv = ["--model", "tiny", "--task", "gsm8k", "--source", str(shared_data / "gsm8k" / "test.jsonl"),
             "--limit", "1", "-n", "2", "--max_new_tokens", "6", "--backend", "transformers", "--seed", "5",

@@ -11,7 +11,6 @@ paper's evaluation means (Sec. 6). Use: ``make_backend("tiny", "transformers").g
 
 from __future__ import annotations
 
-import contextvars
 import importlib.util
 import json
 import logging
@@ -22,7 +21,14 @@ from pathlib import Path
 from typing import Protocol
 
 from gtpo.errors import InvalidInput
-from gtpo.eval.samplers import DEFAULT_SAMPLER, as_processor, check_sampler, counter_sampler, sampling_warpers
+from gtpo.eval.samplers import (  # per_row_sampler is looked up here at each call: tests wrap it
+    ACTIVE_ROWS,
+    DEFAULT_SAMPLER,
+    as_processor,
+    check_sampler,
+    counter_sampler,
+    per_row_sampler,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -148,52 +154,6 @@ def make_backend(model: str, backend: str = "auto", dtype: str | None = None, se
     return BACKENDS[name](model, dtype, seed, **options)
 
 
-# The rows of the batch that are still decoding, in the order of the scores a sampler is given (None: all rows).
-# `TransformersBackend`'s decode loop drops ended rows: it sets this before each call of the sampler, which then
-# draws from those rows' generators only (a context variable, so a wrapper around the sampler needs no change).
-ACTIVE_ROWS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("gtpo_active_rows", default=None)
-
-
-def per_row_sampler(seeds: Sequence[int], sampling: SamplingSettings, device):
-    """A logits processor that samples each batch row from its own seeded ``torch.Generator``.
-
-    ``generate``'s own sampling draws every row from one global RNG stream, so a row's tokens depend on
-    which other rows share its batch. Here each row's next token is drawn by the Gumbel-max trick,
-    argmax(log p + G) with G = -log(-log U) and U from that row's generator (exactly a draw from p),
-    after the same temperature / top-k / top-p warpers ``generate`` would apply; the processor then
-    leaves only that token at 0 (the rest -inf) and ``generate`` runs greedy (``do_sample=False``), so
-    it picks it. A row therefore gets the same tokens in any batch, up to float rounding of the logits
-    in a different batch shape. Every row draws one uniform vector per step while it decodes (the rows of
-    :data:`ACTIVE_ROWS` when set; a row that has ended draws nothing, which changes no other row's draws).
-    """
-    import torch
-    from transformers import LogitsProcessor
-
-    warpers = sampling_warpers(sampling)
-    generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
-    tiny = torch.finfo(torch.float32).tiny
-
-    class PerRowSampler(LogitsProcessor):
-        def choose(self, scores):
-            """The token of each row: (A, V) scores -> (A,) long. In place where it can: the same numbers."""
-            for warper in warpers:
-                scores = warper(None, scores)
-            log_probs = torch.log_softmax(scores.float(), dim=-1)
-            rows = ACTIVE_ROWS.get()
-            drawing = generators if rows is None else [generators[r] for r in rows]
-            gumbel = torch.empty_like(log_probs)
-            for row, generator in zip(gumbel, drawing, strict=True):
-                row.uniform_(generator=generator)  # what torch.rand(V, generator=generator) draws
-            gumbel.clamp_(min=tiny).log_().neg_().log_().neg_()  # -log(-log U)
-            return torch.argmax(log_probs.add_(gumbel), dim=-1)
-
-        def __call__(self, input_ids, scores):
-            choice = self.choose(scores)[:, None]
-            return torch.full_like(scores, float("-inf")).scatter_(-1, choice, 0.0)
-
-    return PerRowSampler()
-
-
 class TransformersBackend(SeededBackend):
     """Batched sampling with transformers; runs on CPU or one GPU.
 
@@ -271,9 +231,12 @@ class TransformersBackend(SeededBackend):
         if self.fast:
             return self._decode(texts, seeds, sampling)
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        counter = self.sampler == "counter"
-        sampler = as_processor(counter_sampler(seeds, sampling, self.device)) if counter else None
-        processors = [] if sampling.temperature == 0 else [sampler or per_row_sampler(seeds, sampling, self.device)]
+        if sampling.temperature == 0:  # greedy: no draw
+            processors = []
+        elif self.sampler == "counter":
+            processors = [as_processor(counter_sampler(seeds, sampling, self.device))]
+        else:
+            processors = [per_row_sampler(seeds, sampling, self.device)]
         with torch.inference_mode():
             out = self.model.generate(
                 **batch, generation_config=self._generation_config(sampling), logits_processor=processors
