@@ -8,7 +8,7 @@ For each row count: a 150-token prompt prefilled into a cache, then ``--steps`` 
 printed) with each cache, taking turns step by step: transformers' `DynamicCache` (each step concatenates, copying the
 layer's cache) and `gtpo.decoding.sampling.preallocated_cache` (what `decode` uses: each step written in place); then
 the per-row Gumbel-max sampler of `gtpo eval` on that step's logits
-(`gtpo.eval.backends.per_row_sampler`), and dropping one row from the cache (`DynamicCache.batch_select_indices`,
+(`gtpo.eval.samplers.per_row_sampler`), and dropping one row from the cache (`DynamicCache.batch_select_indices`,
 what `gtpo.decoding.sampling.decode` does when a row ends). The last line fits step = fixed + per-row x rows by least
 squares over the row counts.
 """
@@ -39,7 +39,8 @@ def main() -> None:
     from transformers import DynamicCache
 
     from gtpo.decoding.sampling import preallocated_cache
-    from gtpo.eval.backends import SamplingSettings, TransformersBackend, per_row_sampler
+    from gtpo.eval.backends import SamplingSettings, TransformersBackend
+    from gtpo.eval.samplers import per_row_sampler
 
     print(cpu_line())
     model = TransformersBackend(args.model, dtype=args.dtype).model
