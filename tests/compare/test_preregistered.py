@@ -607,17 +607,18 @@ def test_h_pairs_follows_the_registered_rule():
 
 
 def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tmp_path):
-    """Study H: the primary is D's computation on common-prefix - grpo; by hand, pass@1 (points) common-prefix 40 and
-    30, grpo 35 and 40: differences +5 and -10, mean -2.5, s = sqrt(112.5), half-width 12.706 * s / sqrt(2) = 95.3.
+    """Study H: the primary is D's computation on variant - grpo (the variant: H_ARMS' middle arm); by hand, pass@1
+    (points) variant 40 and 30, grpo 35 and 40: differences +5 and -10, mean -2.5, s = sqrt(112.5), half-width 12.706 * s / sqrt(2) = 95.3.
     Lock-in (>= 0.8 of steps 21-30's completions single-equation; steps 20 and 31 do not count): gtpo 7/8 and 8/8 ->
-    both locked, common-prefix 6/8 and 1/8 -> neither, grpo 0/8 -> neither; McNemar two-sided on 2 discordant pairs
+    both locked, the variant 6/8 and 1/8 -> neither, grpo 0/8 -> neither; McNemar two-sided on 2 discordant pairs
     (both gtpo only): 2 x P(B >= 2) = 0.5. The warning as logged against pass@1 < 11: gtpo at seed 1 (5 points, warned
     at 17) a hit, at seed 2 (8 points, never warned) a miss; grpo at seed 1 (35, warned at 20) a false alarm."""
+    variant = analysis.H_ARMS[1]
     study = tmp_path / "h"
     _h_run(study, "gtpo", 1, 0.05, 7, 17)
     _h_run(study, "gtpo", 2, 0.08, 8, None)
-    _h_run(study, "common-prefix", 1, 0.40, 6, None, maj8=0.6)
-    _h_run(study, "common-prefix", 2, 0.30, 1, None, maj8=0.4)
+    _h_run(study, variant, 1, 0.40, 6, None, maj8=0.6)
+    _h_run(study, variant, 2, 0.30, 1, None, maj8=0.4)
     _h_run(study, "grpo", 1, 0.35, 0, 20, maj8=0.3)
     _h_run(study, "grpo", 2, 0.40, 0, None, maj8=0.3)
     result = analysis.study_h(study)
@@ -630,19 +631,17 @@ def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tm
         pytest.approx(-2.5 + half, abs=1e-2),
     )
     assert result["secondary gtpo - grpo"]["differences"] == pytest.approx([-30.0, -32.0])
-    assert result["secondary gtpo - common-prefix"]["differences"] == pytest.approx([-35.0, -22.0])
+    assert result[f"secondary gtpo - {variant}"]["differences"] == pytest.approx([-35.0, -22.0])
     lockin = result["secondary_lockin"]
-    assert lockin["locked_in"] == {"gtpo": [1, 2], "common-prefix": [], "grpo": []}
-    assert lockin["discordant gtpo only, common-prefix only"] == [2, 0]
+    assert lockin["locked_in"] == {"gtpo": [1, 2], variant: [], "grpo": []}
+    assert lockin[f"discordant gtpo only, {variant} only"] == [2, 0]
     assert lockin["p_two_sided_mcnemar"] == pytest.approx(0.5)
     warning = result["secondary_no_progress_warning"]
     assert warning["gtpo"]["hits"] == [1] and warning["gtpo"]["misses"] == [2] and warning["gtpo"]["false_alarms"] == []
     assert warning["gtpo"]["first_steps"] == {1: 17}
-    assert warning["grpo"]["false_alarms"] == [1] and warning["common-prefix"]["failed"] == []
+    assert warning["grpo"]["false_alarms"] == [1] and warning[variant]["failed"] == []
     maj8 = result["secondary_heldout_k"]["maj@8"]
-    assert maj8["common-prefix"]["mean"] == pytest.approx(50.0) and maj8["common-prefix - grpo"][
-        "mean"
-    ] == pytest.approx(20.0)
+    assert maj8[variant]["mean"] == pytest.approx(50.0) and maj8[f"{variant} - grpo"]["mean"] == pytest.approx(20.0)
     assert analysis.lockin_share(study / "runs" / "gtpo" / "seed1") == pytest.approx(7 / 8)
 
 
