@@ -608,11 +608,12 @@ def test_h_pairs_follows_the_registered_rule():
 
 def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tmp_path):
     """Study H: the primary is D's computation on variant - grpo (the variant: H_ARMS' middle arm); by hand, pass@1
-    (points) variant 40 and 30, grpo 35 and 40: differences +5 and -10, mean -2.5, s = sqrt(112.5), half-width 12.706 * s / sqrt(2) = 95.3.
-    Lock-in (>= 0.8 of steps 21-30's completions single-equation; steps 20 and 31 do not count): gtpo 7/8 and 8/8 ->
-    both locked, the variant 6/8 and 1/8 -> neither, grpo 0/8 -> neither; McNemar two-sided on 2 discordant pairs
-    (both gtpo only): 2 x P(B >= 2) = 0.5. The warning as logged against pass@1 < 11: gtpo at seed 1 (5 points, warned
-    at 17) a hit, at seed 2 (8 points, never warned) a miss; grpo at seed 1 (35, warned at 20) a false alarm."""
+    (points) variant 40 and 30, grpo 35 and 40: differences +5 and -10, mean -2.5, s = sqrt(112.5), half-width
+    12.706 * s / sqrt(2) = 95.3. Lock-in (>= 0.8 of steps 21-30's completions single-equation; steps 20 and 31 do
+    not count): gtpo 7/8 and 8/8 -> both locked, the variant 6/8 and 1/8 -> neither, grpo 0/8 -> neither; McNemar
+    two-sided on 2 discordant pairs (both gtpo only): 2 x P(B >= 2) = 0.5. The warning as logged against pass@1 <
+    11: gtpo at seed 1 (5 points, warned at 17) a hit, at seed 2 (8 points, never warned) a miss; grpo at seed 1
+    (35, warned at 20) a false alarm."""
     variant = analysis.H_ARMS[1]
     study = tmp_path / "h"
     _h_run(study, "gtpo", 1, 0.05, 7, 17)
