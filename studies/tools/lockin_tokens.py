@@ -8,14 +8,15 @@ gradients are identical and GRPO's summed update is the group's exact evidence) 
 
 Per recorded group (one per step) and completion i, with λ_{i,t} the recorded λ, A_i the advantage (its sign decides
 Eq. 5), A'_i the advantage the loss weighted (after δ_i and the shift -γ⟨H⟩_i of Eq. 7) and w_i = 1/|o_i| (loss_type
-grpo), a set of tokens P gets the *push* Σ_i Σ_{t∈P_i} λ_{i,t}·A'_i·w_i (up to the tokens' gradients and 1/N; what
-the run's loss gave P) and the *plain push* Σ_i Σ_{t∈P_i} A'_i·w_i (the same group's update without the correction).
-The *entropy part* is the push with A'_i - A_i in place of A'_i (the shift and δ), split into its *filter part*
-(δ_i·A_i − A_i: the updates Eq. 6's filter removed) and its *γ part* (A'_i − δ_i·A_i: the shift of Eq. 7). Token sets:
-the common prefix (`gtpo.core.common_prefix_conflicts` on the recorded ids and A_i), the rest of the forward span
-(position only), the backward span, and, on the two-step task, the single-equation opening: the tokens up to the "="
-of a completion whose first equation holds three numbers ("9 + 5 + 7 = 21."). A GRPO run's record holds the spans and
-λ its group would have had: its push is its plain push.
+grpo), a set of tokens P gets the *push* Σ_i Σ_{t∈P_i} λ_{i,t}·A'_i·w_i (up to the tokens' gradients and 1/N; what the
+run's loss gave P) and the *plain push* Σ_i Σ_{t∈P_i} A'_i·w_i (the same group's update without the correction). The
+*entropy part* is the push with A'_i - A_i in place of A'_i (the shift and δ), split into its *filter part* (δ_i·A_i −
+A_i: the updates Eq. 6's filter removed) and its *γ part* (A'_i − δ_i·A_i: the shift of Eq. 7). Token sets: the common
+prefix (`gtpo.core.common_prefix_conflicts` on the recorded ids and A_i), the rest of the forward span (position
+only), the backward span, and, on the two-step task, the single-equation opening: the tokens up to the "=" of a
+completion whose first equation holds three numbers ("9 + 5 + 7 = 21."), and the rest of such a completion outside
+both spans (*after the opening*: its result and answer, where Eq. 5 leaves A'_i to act and δ_i can remove it). A GRPO
+run's record holds the spans and λ its group would have had: its push is its plain push.
 
 Output: per run, windows of 10 steps, JSON (the study document quotes the tables; labelled exploratory there).
 """
@@ -76,7 +77,9 @@ def group_terms(columns: dict, rows: list[int], group_size: int) -> dict:
     opening_len = torch.tensor([single_equation_opening(list(columns["completion_tokens"][i])) for i in rows])
     opening = (pos < opening_len.unsqueeze(-1)) & mask  # (G, T)
     w = 1.0 / lengths.squeeze(-1).clamp(min=1)  # (G,)
-    sets = {"common prefix": common, "position only": fw & ~common, "backward": bw & ~fw, "opening": opening}
+    after = mask & (opening_len > 0).unsqueeze(-1) & ~opening & ~fw & ~bw  # a single-equation completion's own rest
+    sets = {"common prefix": common, "position only": fw & ~common, "backward": bw & ~fw, "opening": opening,
+            "after the opening": after}  # fmt: skip
     out = {"single-equation share": float((opening_len > 0).float().mean())}
     for name, where in sets.items():
         out[f"{name}: tokens"] = int(where.sum())

@@ -53,6 +53,11 @@ def test_the_filter_part_is_what_eq6_removed_and_flips_the_openings_evidence():
     assert out["opening flipped by the filter"] == 1 and out["opening flipped"] == 0
     assert (out["filtered"], out["filtered negatives"], out["filtered single-equation negatives"]) == (1, 1, 1)
     assert out["single-equation negatives"] == 1
+    # After the opening (no spans here: the single-equation completions' last token "."): the filter removed
+    # completion 1's push down, 1·(0 - (-1))/4; completion 0's push 0.9/4 is what the loss gave.
+    assert out["after the opening: tokens"] == 2
+    assert out["after the opening: filter part"] == pytest.approx(0.25)
+    assert out["after the opening: push"] == pytest.approx(0.225)
 
 
 def test_a_filter_that_drops_a_positive_or_nothing_flips_nothing():
