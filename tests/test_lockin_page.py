@@ -199,3 +199,19 @@ def test_the_screens_table_is_the_analysis_of_its_committed_runs():
         r = result[key]
         assert f"{r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]".replace("-", "−") in page, key
     assert f"SD {result['common-prefix - grpo']['sd']:.2f}" in page
+
+
+def test_the_filter_table_is_g_s_records():
+    """The filter's table ("What the parts screen found"): per window, the filtered completions of the recorded groups,
+    their negatives and single-equation negatives, and the push on the rest of single-equation completions outside both
+    spans with the filter's part of it (lockin_tokens' "after the opening" set), the same groups with δ = 1 beside."""
+    tables = _mechanism("two-step", G)
+    names = {"gtpo, low seeds": "gtpo, the 7 low seeds", "gtpo, other seeds": "gtpo, the 13 others"}
+    for label, name in names.items():
+        for window in ("1-10", "11-20", "21-30"):
+            d = tables[label][window]
+            push, part = d["after the opening: push"], d["after the opening: filter part"]
+            row = _row(name, window, f"{d['filtered']:.1f}", f"{d['filtered negatives']:.1f}",
+                       f"{d['filtered single-equation negatives']:.1f}", f"{d['single-equation negatives']:.1f}",
+                       _signed(push), _signed(part), _signed(push - part))  # fmt: skip
+            assert row in PAGE, row
