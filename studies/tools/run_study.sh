@@ -18,6 +18,7 @@
 #   studies/tools/run_study.sh smollm2-two-step-h-screen-control    # exploratory: G's gtpo/seed417 at the screen's code
 #   studies/tools/run_study.sh smollm2-two-step-h-screen            # exploratory: the common-prefix variant at 13 of G's seeds
 #   studies/tools/run_study.sh smollm2-two-step-h-parts             # exploratory: the filter, Eq. 5 or γ off, at G's low seeds
+#   studies/tools/run_study.sh smollm2-two-step-h-parts-others      # exploratory: the chosen part arm at 6 other seeds
 #   studies/tools/run_study.sh smollm2-two-step-h                   # study H (pre-registered): GTPO, a variant, GRPO
 #
 # From the repository root, with nothing heavy beside it (2 cores: a float32 run takes ~25-30 min with its
@@ -29,7 +30,7 @@
 # Set GTPO_STUDY_NO_COMMIT=1 to run without committing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen, smollm2-two-step-h-parts, smollm2-two-step-h"
+known="smollm2-synthetic-lr2e-4, smollm2-synthetic-lr1e-3, smollm2-synthetic-lr1e-3-c, smollm2-synthetic-lr2e-4-d, smollm2-synthetic-lr1e-3-e, smollm2-synthetic-lr1e-3-ablations, smollm2-synthetic-lr1e-3-guard, smollm2-synthetic-lr2e-4-d-rerun, smollm2-synthetic-lr2e-4-f, smollm2-synthetic-lr2e-4-guard-gamma, smollm2-two-step-pilot, smollm2-two-step-g, smollm2-two-step-g-repro, smollm2-two-step-h-screen-control, smollm2-two-step-h-screen, smollm2-two-step-h-parts, smollm2-two-step-h-parts-others, smollm2-two-step-h"
 name=${1:?usage: studies/tools/run_study.sh NAME (one of: $known)}
 study=studies/$name
 # Study A reads the recipe from the checkout (its compare.json was written so; the recipe's only change since
@@ -202,6 +203,18 @@ case $name in
         args=(--recipe "$recipe" --variant 'no-filter:--entropy_filter never'
               --variant 'no-correction:--conflict_correction false' --variant 'no-entropy-term:--entropy_gamma 0'
               --seeds 404 417 407 410 418 400 405
+              --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
+              -- --max_steps 40 --dtype float32) ;;
+    smollm2-two-step-h-parts-others)
+        # Exploratory (no registration), after the parts screen above: the arm its rule chose (no-filter, --entropy_filter never) at
+        # the common-prefix screen's six other seeds (401 402 403 406 408 409, where G's GTPO did not fail), as issue
+        # 56 asks of a screened candidate: what turning the part off costs where GTPO did not fail, and the 13-seed SD
+        # of variant - grpo from which h_pairs gives H's number of seeds. G's settings and held-out evaluation; the
+        # screen's code (code-commit written before the first run), so G's runs at these seeds are the comparison.
+        recipe=$pinned_recipe
+        pinned_from=recipes/smollm2/two-step/gtpo.yaml
+        args=(--recipe "$recipe" --variant 'no-filter:--entropy_filter never'
+              --seeds 401 402 403 406 408 409
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     smollm2-two-step-h)

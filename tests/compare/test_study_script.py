@@ -393,3 +393,19 @@ def test_the_parts_screen_runs_gs_low_seeds_with_one_part_of_gtpo_off_at_the_scr
     study = ROOT / "studies"
     code = (study / "smollm2-two-step-h-parts" / "code-commit").read_text()
     assert code == (study / "smollm2-two-step-h-screen" / "code-commit").read_text()
+
+
+def test_the_chosen_part_arm_runs_at_the_screens_six_other_seeds_at_its_code():
+    """Exploratory (after the parts screen): the arm its rule chose (analyze_preregistered.h_parts_choice) at the
+    common-prefix screen's six seeds that are not G's low seeds, the parts screen's flags, settings, evaluation and code
+    commit, so G's runs at those seeds are the comparison and h-screen --with joins the two folders into 13 seeds."""
+    words = _study_arguments("smollm2-two-step-h-parts-others")
+    parts = _study_arguments("smollm2-two-step-h-parts")
+    screen = _study_arguments("smollm2-two-step-h-screen")
+    assert _variants(words) == ["no-filter:--entropy_filter never"] and _variants(words)[0] in _variants(parts)
+    others = [s for s in _seeds(screen) if s not in _seeds(parts)]
+    assert _seeds(words) == others == [401, 402, 403, 406, 408, 409]
+    assert words[words.index("--save-steps") :] == parts[parts.index("--save-steps") :]
+    study = ROOT / "studies"
+    code = (study / "smollm2-two-step-h-parts-others" / "code-commit").read_text()
+    assert code == (study / "smollm2-two-step-h-parts" / "code-commit").read_text()
