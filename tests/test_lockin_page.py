@@ -215,3 +215,45 @@ def test_the_filter_table_is_g_s_records():
                        f"{d['filtered single-equation negatives']:.1f}", f"{d['single-equation negatives']:.1f}",
                        _signed(push), _signed(part), _signed(push - part))  # fmt: skip
             assert row in PAGE, row
+
+
+def test_the_parts_screens_table_and_choice_are_the_analysis_of_its_committed_runs():
+    """The parts screen's table ("What it found") recomputed by `analyze_preregistered.h_parts` from the committed runs:
+    per arm and seed held-out pass@1 with the lock-in share, the seeds below 11 % and locked in, each arm's interval
+    against G's gtpo; and the choice the README's rule makes from them (`h_parts_choice`), as the page states it."""
+    import analyze_preregistered as analysis
+
+    names = {"no-filter": "no-filter (Eq. 6's filter)", "no-correction": "no-correction (Eq. 5)",
+             "no-entropy-term": "no-entropy-term (γ)", "common-prefix": "common-prefix (the first screen)",
+             "gtpo": "gtpo (G)", "grpo": "grpo (G)"}  # fmt: skip
+    studies = ROOT / "studies"
+    result = analysis.h_parts(studies / "smollm2-two-step-h-parts", studies / "smollm2-two-step-h-screen", G)
+
+    def listed(seeds):
+        return f"{len(seeds)}: {', '.join(map(str, seeds))}" if seeds else "none"
+
+    for arm, name in names.items():
+        a = result["arms"][arm]
+        assert a["missing"] == [], arm
+        cells = [f"{a['per_seed'][s]['pass@1']:.1f} ({a['per_seed'][s]['lockin_share'] or 0:.2f})"
+                 for s in analysis.H_LOW_SEEDS]  # fmt: skip
+        diff = a.get("- gtpo", {})
+        interval = f"{diff['mean']:+.2f} [{diff['low']:.2f}, {diff['high']:.2f}]".replace("-", "−") if diff else ""
+        row = _row(name, *cells, listed(a["below 11"]), listed(a["locked_in"]), interval)
+        assert row.replace("|  |", "| |") in PAGE or row in PAGE, row
+    choice = result["choice"]
+    assert choice["chosen"] == "no-filter" and choice["qualifying"] == ["no-filter", "no-correction"]
+    means = choice["mean_pass@1"]
+    assert f"(mean over the seven {means['no-filter']:.1f} points" in " ".join(PAGE.split())
+    assert f"the higher mean ({means['no-filter']:.1f} against {means['no-correction']:.1f})" in " ".join(PAGE.split())
+    assert "**no-filter: GTPO with `entropy_filter: never`**" in PAGE
+    from gtpo.trainer.callbacks import ProgressMonitor
+    from gtpo.trainer.config import GTPOConfig
+
+    rescued = len(choice["rescued"]["no-filter"])
+    help_text = GTPOConfig.__dataclass_fields__["entropy_filter"].metadata["help"]
+    assert f"'never' took {rescued} of the 7 seeds" in help_text
+    monitor = ProgressMonitor(accuracy=0.2)
+    assert f"entropy_filter never (Eq. 6 off), which took {rescued} of the 7 out of it" in monitor.message(
+        "no_progress", 17
+    )

@@ -204,7 +204,9 @@ class GTPOConfig(GRPOConfig):
             "help": "Completion filter δ_i (Eq. 6). 'auto': drop completions with ⟨H⟩_i > entropy_threshold only "
             "when ⟨H⟩_ini < ln 2 (paper text; the gate is Eq. 6's constant ln 2, whatever entropy_threshold); "
             "'always': drop them whatever ⟨H⟩_ini (authors' code); 'negative_only': drop only such completions "
-            "with A_i<0 (appendix 13, OnlyNeg); 'never': δ_i=1.",
+            "with A_i<0 (appendix 13, OnlyNeg); 'never': δ_i=1. In this project's two-step screens (exploratory, "
+            "docs/studies/lockin.md) 'never' took 5 of the 7 seeds where GTPO locked into a shortcut out of it: the "
+            "filter dropped failed shortcut completions, so their results were not pushed down; study H tests it.",
             "choices": list(ENTROPY_FILTERS),
         },
     )
