@@ -14,7 +14,7 @@ With the project's interpreter (.venv/bin/python):
     python studies/tools/analyze_preregistered.py f studies/smollm2-synthetic-lr2e-4-f  # study F: guard vs GRPO
     python studies/tools/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
     python studies/tools/analyze_preregistered.py g studies/smollm2-two-step-g  # study G: two-step task
-    python studies/tools/analyze_preregistered.py h studies/smollm2-two-step-h  # study H: the common-prefix variant
+    python studies/tools/analyze_preregistered.py h studies/smollm2-two-step-h  # study H: GTPO, no filter, GRPO
     python studies/tools/analyze_preregistered.py h-screen studies/smollm2-two-step-h-screen studies/smollm2-two-step-g
     python studies/tools/analyze_preregistered.py h-parts studies/smollm2-two-step-h-parts \
         studies/smollm2-two-step-h-screen studies/smollm2-two-step-g   # exploratory: GTPO's parts off
@@ -754,9 +754,9 @@ def study_g(study: Path, arms: tuple[str, str] = G_ARMS, max_steps: int = G_STEP
 
 H_ARMS = (
     "gtpo",
-    "common-prefix",
+    "no-filter",
     "grpo",
-)  # study H (issue 56): Eq. 5, Eq. 5 with the common prefix left to the group, GRPO
+)  # study H (issue 56): the paper's GTPO, GTPO without Eq. 6's filter (the parts screen's choice), GRPO
 H_PAIRS_CHOICES = (20, 24, 30)  # the pairs H may register, chosen by h_pairs from the screen's SD
 H_EFFECT = 15.0  # points of held-out pass@1 that H's n must detect with 80 % power
 H_SD_FLOOR = 20.0  # the SD H's n assumes at least (the screen has 13 pairs: its SD is itself uncertain)
@@ -910,12 +910,12 @@ def no_progress_step(run: Path) -> int | None:
 
 
 def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
-    """Study H, as its PREREGISTRATION.md registers it: the primary outcome (study D's computation on
-    common-prefix - grpo: the paired held-out pass@1 difference with its 95 % t-interval, two-sided) and the
+    """Study H, as its PREREGISTRATION.md registers it: the primary outcome (study D's computation on variant - grpo
+    (H_ARMS' middle arm): the paired held-out pass@1 difference with its 95 % t-interval, two-sided) and the
     registered secondaries: lock-in per run (share of single-equation openings over steps 21-30 >= 0.8) per arm with
-    McNemar's exact two-sided p, gtpo against common-prefix; gtpo - grpo and gtpo - common-prefix, paired; the
-    no-progress warning (as logged) against held-out pass@1 below 11 %, hits, misses and false alarms per arm; held-out
-    maj@k and pass@k for k = 2, 4, 8, length and cut share."""
+    McNemar's exact two-sided p, gtpo against the variant; gtpo - grpo and gtpo - variant, paired; the no-progress
+    warning (as logged) against held-out pass@1 below 11 %, hits, misses and false alarms per arm; held-out maj@k
+    and pass@k for k = 2, 4, 8, length and cut share."""
     gtpo, variant, grpo = arms
     result = {"primary": study_d(study, (variant, grpo))}
     for first, second in ((gtpo, grpo), (gtpo, variant)):

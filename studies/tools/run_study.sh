@@ -226,7 +226,7 @@ case $name in
         registered=H
         recipe=$pinned_recipe
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
-        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'common-prefix:--conflict_exclude_common_prefix true'
+        args=(--recipe "$recipe" --variant 'gtpo:' --variant 'no-filter:--entropy_filter never'
               --variant 'grpo:--algorithm grpo'
               --seeds 500 501 502 503 504 505 506 507 508 509 510 511 512 513 514 515 516 517 518 519
                       520 521 522 523 524 525 526 527 528 529
