@@ -208,9 +208,10 @@ case $name in
     smollm2-two-step-h-parts-others)
         # Exploratory (no registration), after the parts screen above: the arm its rule chose (no-filter,
         # --entropy_filter never) at the common-prefix screen's six other seeds (401 402 403 406 408 409, where G's GTPO
-        # did not fail), as issue 56 asks of a screened candidate: what turning the part off costs where GTPO did not fail, and the 13-seed SD
-        # of variant - grpo from which h_pairs gives H's number of seeds. G's settings and held-out evaluation; the
-        # screen's code (code-commit written before the first run), so G's runs at these seeds are the comparison.
+        # did not fail), as issue 56 asks of a screened candidate: what turning the part off costs where GTPO did not
+        # fail, and the 13-seed SD of variant - grpo from which h_pairs gives H's number of seeds. G's settings and
+        # held-out evaluation; the screens' code (code-commit written before the first run), so G's runs at these seeds
+        # are the comparison.
         recipe=$pinned_recipe
         pinned_from=recipes/smollm2/two-step/gtpo.yaml
         args=(--recipe "$recipe" --variant 'no-filter:--entropy_filter never'
