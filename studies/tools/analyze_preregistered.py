@@ -763,6 +763,19 @@ H_SD_FLOOR = 20.0  # the SD H's n assumes at least (the screen has 13 pairs: its
 H_LOCKIN_SHARE = 0.8  # a run locks in when at least this share of its recorded completions, steps 21-30, open so
 H_LOCKIN_STEPS = (21, 30)
 H_FAILED_BELOW = 11.0  # held-out pass@1 (points) under which a run failed, G's seven low seeds' bound
+H_SCREEN_ARM = "common-prefix"  # the first screen's variant: h-screen's arm unless --arm names another
+
+
+def _failed(points: float) -> bool:
+    """A run *failed* when its held-out pass@1 (points) is below H_FAILED_BELOW."""
+    return points < H_FAILED_BELOW
+
+
+def _locked_in(share: float | None) -> bool:
+    """A run *locked in* when its single-equation share over steps 21-30 is at least H_LOCKIN_SHARE (no record: no)."""
+    return share is not None and share >= H_LOCKIN_SHARE
+
+
 H_SCREEN_SEEDS = (404, 401, 417, 402, 407, 403, 410, 406, 418, 408, 400, 409, 405)  # G's seven low seeds first
 
 
@@ -777,7 +790,7 @@ def h_pairs(screen_sd: float) -> int:
     return H_PAIRS_CHOICES[-1]
 
 
-def h_screen(screen: Path, g: Path, arm: str = "common-prefix", also: tuple[Path, ...] = ()) -> dict:
+def h_screen(screen: Path, g: Path, arm: str = H_SCREEN_ARM, also: tuple[Path, ...] = ()) -> dict:
     """The screen for study H (exploratory): the variant's held-out pass@1 at each screen seed against study G's
     gtpo and grpo runs at the same seed (G repeats bit for bit on the screen's code: its control), the paired
     differences with their SD, and the n H registers from it (``h_pairs``). Seeds where any of the three is not
@@ -810,7 +823,7 @@ def h_screen(screen: Path, g: Path, arm: str = "common-prefix", also: tuple[Path
         if len(diffs) >= 2:
             result[key]["sd"] = sample_std(diffs)
     for a in scores:
-        result[f"{a} below {H_FAILED_BELOW:g}"] = [s for s in seeds if scores[a][s] < H_FAILED_BELOW]
+        result[f"{a} below {H_FAILED_BELOW:g}"] = [s for s in seeds if _failed(scores[a][s])]
     if len(seeds) >= 2:
         sd = result[f"{arm} - grpo"]["sd"]
         used = max(sd, H_SD_FLOOR)
@@ -828,7 +841,7 @@ def h_parts(parts: Path, screen: Path, g: Path) -> dict:
     and grpo) held-out pass@1 and the lock-in share (steps 21-30) per seed, the seeds below 11 % and those locked in
     (share >= 0.8), and each part arm's paired difference from G's gtpo with its 95 % t-interval, over the seeds where
     both are evaluated. Seeds still running are left out of an arm and listed as missing."""
-    roots = {**{arm: parts for arm in H_PARTS_ARMS}, "common-prefix": screen, "gtpo": g, "grpo": g}
+    roots = {**{arm: parts for arm in H_PARTS_ARMS}, H_SCREEN_ARM: screen, "gtpo": g, "grpo": g}
     result = {"seeds": list(H_LOW_SEEDS), "arms": {}}
     for arm, root in roots.items():
         rows = {}
@@ -840,11 +853,11 @@ def h_parts(parts: Path, screen: Path, g: Path) -> dict:
         result["arms"][arm] = {
             "per_seed": rows,
             "missing": [s for s in H_LOW_SEEDS if s not in rows],
-            f"below {H_FAILED_BELOW:g}": [s for s, r in rows.items() if r["pass@1"] < H_FAILED_BELOW],
-            "locked_in": [s for s, r in rows.items() if (r["lockin_share"] or 0.0) >= H_LOCKIN_SHARE],
+            f"below {H_FAILED_BELOW:g}": [s for s, r in rows.items() if _failed(r["pass@1"])],
+            "locked_in": [s for s, r in rows.items() if _locked_in(r["lockin_share"])],
         }
     gtpo = result["arms"]["gtpo"]["per_seed"]
-    for arm in (*H_PARTS_ARMS, "common-prefix"):
+    for arm in (*H_PARTS_ARMS, H_SCREEN_ARM):
         mine = result["arms"][arm]["per_seed"]
         diffs = [mine[s]["pass@1"] - gtpo[s]["pass@1"] for s in H_LOW_SEEDS if s in mine and s in gtpo]
         result["arms"][arm]["- gtpo"] = {
@@ -873,10 +886,9 @@ def h_parts_choice(parts: dict) -> dict:
     """
     arms = {arm: parts["arms"][arm] for arm in H_PARTS_ARMS}
     rescued = {
-        arm: [s for s, r in a["per_seed"].items()
-              if r["pass@1"] >= H_FAILED_BELOW and (r["lockin_share"] or 0.0) < H_LOCKIN_SHARE]
+        arm: [s for s, r in a["per_seed"].items() if not _failed(r["pass@1"]) and not _locked_in(r["lockin_share"])]
         for arm, a in arms.items()
-    }  # fmt: skip
+    }
     scores = {arm: [r["pass@1"] for r in a["per_seed"].values()] for arm, a in arms.items()}
     means = {arm: math.fsum(v) / len(v) if v else None for arm, v in scores.items()}
     complete = all(not a["missing"] for a in arms.values())
@@ -926,7 +938,7 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     for arm in arms:
         for seed, run in _finished_runs(study, arm):
             if (share := lockin_share(run)) is not None:
-                locked[arm][seed] = share >= H_LOCKIN_SHARE
+                locked[arm][seed] = _locked_in(share)
             warned[arm][seed] = no_progress_step(run)
             if (score := pass_at_1(run)) is not None:
                 scores[arm][seed] = score
@@ -944,7 +956,7 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     warning = {}
     for arm in arms:
         judged = sorted(set(warned[arm]) & set(scores[arm]))
-        failed = {s for s in judged if scores[arm][s] < H_FAILED_BELOW}
+        failed = {s for s in judged if _failed(scores[arm][s])}
         on = {s for s in judged if warned[arm][s] is not None}
         warning[arm] = {"runs": len(judged), "failed": sorted(failed), "hits": sorted(failed & on),
                         "misses": sorted(failed - on), "false_alarms": sorted(on - failed),
@@ -1039,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--arms", nargs=2, metavar=("A", "B"), help="with e, seeds, heldout: two other arms (F: gtpo-guard grpo)"
     )
-    parser.add_argument("--arm", default="common-prefix", help="with h-screen: the variant's arm (default %(default)s)")
+    parser.add_argument("--arm", help=f"with h-screen: the variant's arm (default {H_SCREEN_ARM})")
     parser.add_argument(
         "--with", dest="also", type=Path, action="append", default=[], metavar="FOLDER",
         help="with h-screen: another folder with the same arm's runs at other seeds (repeatable)",
@@ -1047,7 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.arms and args.what not in ("e", "seeds", "heldout"):
         parser.error("--arms goes with e, seeds or heldout")
-    if (args.also or args.arm != "common-prefix") and args.what != "h-screen":
+    if (args.also or args.arm is not None) and args.what != "h-screen":
         parser.error("--arm and --with go with h-screen")
     arms = tuple(args.arms) if args.arms else None
     if args.what == "power":
@@ -1058,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "h-screen":
         if args.g_study is None:
             parser.error("h-screen needs the screen's folder and study G's: h-screen SCREEN G")
-        print(json.dumps(h_screen(args.study, args.g_study, args.arm, tuple(args.also)), indent=2))
+        print(json.dumps(h_screen(args.study, args.g_study, args.arm or H_SCREEN_ARM, tuple(args.also)), indent=2))
         return 0
     if args.what == "h-parts":
         if args.g_study is None or args.third is None:
