@@ -77,26 +77,31 @@ def group_terms(columns: dict, rows: list[int], group_size: int) -> dict:
     opening_len = torch.tensor([single_equation_opening(list(columns["completion_tokens"][i])) for i in rows])
     opening = (pos < opening_len.unsqueeze(-1)) & mask  # (G, T)
     w = 1.0 / lengths.squeeze(-1).clamp(min=1)  # (G,)
-    after = mask & (opening_len > 0).unsqueeze(-1) & ~opening & ~fw & ~bw  # a single-equation completion's own rest
+    has_opening = opening_len > 0  # (G,)
+    after = mask & has_opening.unsqueeze(-1) & ~opening & ~fw & ~bw  # a single-equation completion's own rest
     sets = {"common prefix": common, "position only": fw & ~common, "backward": bw & ~fw, "opening": opening,
             "after the opening": after}  # fmt: skip
-    out = {"single-equation share": float((opening_len > 0).float().mean())}
+
+    def summed(where, per_row, weights=lam):
+        """Σ_i Σ_{t∈P_i} weights_{i,t}·per_row_i·w_i over the tokens ``where`` (G, T)."""
+        return float((where * weights * (per_row * w).unsqueeze(-1)).sum())
+
+    out = {"single-equation share": float(has_opening.float().mean())}
     for name, where in sets.items():
         out[f"{name}: tokens"] = int(where.sum())
-        out[f"{name}: push"] = float((where * lam * (used * w).unsqueeze(-1)).sum())
-        out[f"{name}: plain"] = float((where * (used * w).unsqueeze(-1)).sum())
-        out[f"{name}: entropy part"] = float((where * lam * ((used - adv) * w).unsqueeze(-1)).sum())
-        out[f"{name}: filter part"] = float((where * lam * ((kept * adv - adv) * w).unsqueeze(-1)).sum())
-        out[f"{name}: gamma part"] = float((where * lam * ((used - kept * adv) * w).unsqueeze(-1)).sum())
-    has_opening, filtered, negative = opening_len > 0, kept == 0, adv < 0
+        out[f"{name}: push"] = summed(where, used)
+        out[f"{name}: plain"] = summed(where, used, 1.0)
+        out[f"{name}: entropy part"] = summed(where, used - adv)
+        out[f"{name}: filter part"] = summed(where, kept * adv - adv)
+        out[f"{name}: gamma part"] = summed(where, used - kept * adv)
+    filtered, negative = kept == 0, adv < 0
     out["filtered"] = int(filtered.sum())
     out["filtered negatives"] = int((filtered & negative).sum())
     out["filtered single-equation negatives"] = int((filtered & negative & has_opening).sum())
     out["single-equation negatives"] = int((negative & has_opening).sum())
     # The group's evidence on the opening (GRPO's update, Σ A_i·w_i over its tokens) against what is left of it once
     # Eq. 6 has dropped completions (Σ δ_i·A_i·w_i): the filter alone turns it from down (or none) to up.
-    evidence = float((opening * (adv * w).unsqueeze(-1)).sum())
-    after_filter = float((opening * ((kept * adv) * w).unsqueeze(-1)).sum())
+    evidence, after_filter = summed(opening, adv, 1.0), summed(opening, kept * adv, 1.0)
     out["opening flipped by the filter"] = int(evidence <= 0 < after_filter)
     out["opening in common prefix"] = int((opening & common).sum())
     out["opening in forward span"] = int((opening & fw).sum())
