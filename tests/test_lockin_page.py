@@ -257,3 +257,36 @@ def test_the_parts_screens_table_and_choice_are_the_analysis_of_its_committed_ru
     assert f"entropy_filter never (Eq. 6 off), which took {rescued} of the 7 out of it" in monitor.message(
         "no_progress", 17
     )
+
+
+def test_the_follow_ups_table_and_h_s_pairs_are_the_analysis_of_its_committed_runs():
+    """The follow-up's table ("The follow-up"): no-filter's held-out pass@1 (lock-in share) at G's six other screen
+    seeds beside G's gtpo and grpo, its interval against G's gtpo over the six (`mean_interval`), and the 13-seed
+    figures `analyze_preregistered.h_screen` prints (no-filter - grpo with its SD, no-filter - gtpo) with the n
+    `h_pairs` gives H from that SD, as the page states them."""
+    import analyze_preregistered as analysis
+
+    studies = ROOT / "studies"
+    others = studies / "smollm2-two-step-h-parts-others"
+    seeds = (401, 402, 403, 406, 408, 409)
+    roots = {"no-filter": others, "gtpo (G)": G, "grpo (G)": G}
+    arms = {"no-filter": "no-filter", "gtpo (G)": "gtpo", "grpo (G)": "grpo"}
+    scores = {name: {s: analysis.pass_at_1(root / "runs" / arms[name] / f"seed{s}") for s in seeds}
+              for name, root in roots.items()}  # fmt: skip
+    diff = analysis.mean_interval([scores["no-filter"][s] - scores["gtpo (G)"][s] for s in seeds]).as_dict()
+    for name, root in roots.items():
+        shares = {s: analysis.lockin_share(root / "runs" / arms[name] / f"seed{s}") or 0 for s in seeds}
+        cells = [f"{scores[name][s]:.1f}" + ("" if name == "grpo (G)" else f" ({shares[s]:.2f})") for s in seeds]
+        assert not any(analysis._failed(scores[name][s]) for s in seeds), name
+        interval = f"{diff['mean']:+.2f} [{diff['low']:.2f}, {diff['high']:.2f}]" if name == "no-filter" else ""
+        row = _row(name, *cells, "none", interval.replace("-", "−"))
+        assert row.replace("|  |", "| |") in PAGE, row
+    screen = analysis.h_screen(studies / "smollm2-two-step-h-parts", G, "no-filter", (others,))
+    page = " ".join(PAGE.split())
+    for key in ("no-filter - grpo", "no-filter - gtpo"):
+        r = screen[key]
+        figures = f"{r['mean']:+.2f} [{r['low']:.2f}, {r['high']:.2f}]".replace("-", "−")
+        assert f"{key.replace(' - ', ' − ')} {figures}" in page, key
+    sd, n = screen["h_pairs"]["screen_sd"], screen["h_pairs"]["n"]
+    assert f"SD {sd:.2f};" in page and f"**{n} pairs** (at SD {sd:.2f} they detect" in page
+    assert f"they detect {screen['h_pairs']['detectable'][n]:.1f} points" in page
