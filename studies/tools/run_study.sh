@@ -230,7 +230,6 @@ case $name in
         args=(--recipe "$recipe" --variant 'gtpo:' --variant 'no-filter:--entropy_filter never'
               --variant 'grpo:--algorithm grpo'
               --seeds 500 501 502 503 504 505 506 507 508 509 510 511 512 513 514 515 516 517 518 519
-                      520 521 522 523 524 525 526 527 528 529
               --save-steps 5 --eval --eval-n 8 --eval-limit 100 --eval-batch-size 200 --eval-dtype float32
               -- --max_steps 40 --dtype float32) ;;
     *) echo "run_study.sh: unknown study '$name'; known: $known" >&2

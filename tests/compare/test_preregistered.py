@@ -416,6 +416,29 @@ def test_study_g_preregistration_quotes_the_scripts_power_and_runs_as_registered
     assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-g)") :]
 
 
+def test_study_h_preregistration_quotes_the_screens_sd_and_runs_as_registered():
+    """Study H's PREREGISTRATION.md (issue 56) is registered (no draft line); the SD and n it quotes are h-screen's on
+    the committed screen runs (no-filter at the parts screen's seven low seeds and the follow-up's six, against G's
+    grpo at the same seeds: 13 pairs, none missing) and ``h_pairs``' rule; run_study.sh starts H with H_ARMS' arms in
+    their order, seeds 500 .. 500 + n - 1, G's evaluation, 40 steps in float32 and the two-step recipe pinned."""
+    name = "smollm2-two-step-h"
+    text = (ROOT / "studies" / name / "PREREGISTRATION.md").read_text()
+    assert "> DRAFT" not in text and "(from the screen)" not in text
+    studies = ROOT / "studies"
+    parts, others = studies / "smollm2-two-step-h-parts", (studies / "smollm2-two-step-h-parts-others",)
+    screen = analysis.h_screen(parts, studies / "smollm2-two-step-g", "no-filter", others)
+    assert len(screen["seeds"]) == 13 and screen["missing"] == []
+    sd, n = screen["h_pairs"]["screen_sd"], screen["h_pairs"]["n"]
+    flat = " ".join(text.split())
+    assert f"s = {sd:.2f}" in flat and f"**500–{500 + n - 1}, {n} pairs**" in flat, (sd, n)
+    assert f"{analysis.detectable_effect(max(sd, analysis.H_SD_FLOOR), n):.1f} points" in flat
+    variants = ["gtpo:", "no-filter:--entropy_filter never", "grpo:--algorithm grpo"]
+    assert [v.split(":")[0] for v in variants] == list(analysis.H_ARMS)
+    _assert_run_as_registered(name, text, variants, range(500, 500 + n), steps=40)
+    script = (ROOT / "studies" / "tools" / "run_study.sh").read_text()
+    assert "pinned_from=recipes/smollm2/two-step/gtpo.yaml" in script[script.index("    smollm2-two-step-h)") :]
+
+
 def test_e_with_arms_applies_the_stall_rule_to_two_other_arms(tmp_path, capsys):
     """`analyze_preregistered.py e STUDY --arms A B` (the exploratory guard screen): E's rule on arms A and B."""
     study = tmp_path / "screen"

@@ -22,6 +22,7 @@ ORDER = (
     "two-step-pilot",
     "g",
     "lockin",
+    "h",
     "partial-study",
 )
 

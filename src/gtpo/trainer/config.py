@@ -206,7 +206,8 @@ class GTPOConfig(GRPOConfig):
             "'always': drop them whatever ⟨H⟩_ini (authors' code); 'negative_only': drop only such completions "
             "with A_i<0 (appendix 13, OnlyNeg); 'never': δ_i=1. In this project's two-step screens (exploratory, "
             "docs/studies/lockin.md) 'never' took 5 of the 7 seeds where GTPO locked into a shortcut out of it: the "
-            "filter dropped failed shortcut completions, so their results were not pushed down; study H tests it.",
+            "filter dropped failed shortcut completions, so their results were not pushed down; it did not fail at 6 "
+            "seeds where GTPO had not failed either. Study H (pre-registered, docs/studies/h.md) tests it.",
             "choices": list(ENTROPY_FILTERS),
         },
     )
