@@ -914,11 +914,16 @@ def lockin_share(run: Path, steps: tuple[int, int] = H_LOCKIN_STEPS) -> float | 
     return single / total if total else None
 
 
-def no_progress_step(run: Path) -> int | None:
+NOT_LOGGED = "not logged"  # no_progress_step of a run whose log never carries the flag (code from before the warning)
+
+
+def no_progress_step(run: Path) -> int | str | None:
     """The first step at which the run's own training log (``metrics.jsonl``) has ``monitor/no_progress`` on: the
-    warning as the pinned code computed it while training, so its rule is the pinned commit's; None if never."""
-    on = [step for step, row in sorted(_steps(run / "metrics.jsonl").items()) if row.get("monitor/no_progress")]
-    return on[0] if on else None
+    warning as the pinned code computed it while training, so its rule is the pinned commit's; None if never on;
+    NOT_LOGGED if no step logs the flag at all (such a run is not judged: never warned is not the same as unwatched)."""
+    rows = [row for _, row in sorted(_steps(run / "metrics.jsonl").items()) if "monitor/no_progress" in row]
+    on = [int(row["step"]) for row in rows if row["monitor/no_progress"]]
+    return NOT_LOGGED if not rows else on[0] if on else None
 
 
 def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
@@ -926,7 +931,8 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     (H_ARMS' middle arm): the paired held-out pass@1 difference with its 95 % t-interval, two-sided) and the
     registered secondaries: lock-in per run (share of single-equation openings over steps 21-30 >= 0.8) per arm with
     McNemar's exact two-sided p, gtpo against the variant; gtpo - grpo and gtpo - variant, paired; the no-progress
-    warning (as logged) against held-out pass@1 below 11 %, hits, misses and false alarms per arm; held-out maj@k
+    warning (as logged; a run whose log lacks the flag is listed, not judged) against held-out pass@1 below 11 %,
+    hits, misses and false alarms per arm; held-out maj@k
     and pass@k for k = 2, 4, 8, length and cut share."""
     gtpo, variant, grpo = arms
     result = {"primary": study_d(study, (variant, grpo))}
@@ -955,12 +961,13 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     }
     warning = {}
     for arm in arms:
-        judged = sorted(set(warned[arm]) & set(scores[arm]))
+        unlogged = sorted(s for s, step in warned[arm].items() if step == NOT_LOGGED)
+        judged = sorted(set(warned[arm]) & set(scores[arm]) - set(unlogged))
         failed = {s for s in judged if _failed(scores[arm][s])}
         on = {s for s in judged if warned[arm][s] is not None}
         warning[arm] = {"runs": len(judged), "failed": sorted(failed), "hits": sorted(failed & on),
                         "misses": sorted(failed - on), "false_alarms": sorted(on - failed),
-                        "first_steps": {s: warned[arm][s] for s in sorted(on)}}  # fmt: skip
+                        "first_steps": {s: warned[arm][s] for s in sorted(on)}, "not_logged": unlogged}  # fmt: skip
     result["secondary_no_progress_warning"] = warning
     heldout_k = {}
     for kind in ("pass@k", "maj@k"):

@@ -664,9 +664,42 @@ def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tm
     assert warning["gtpo"]["hits"] == [1] and warning["gtpo"]["misses"] == [2] and warning["gtpo"]["false_alarms"] == []
     assert warning["gtpo"]["first_steps"] == {1: 17}
     assert warning["grpo"]["false_alarms"] == [1] and warning[variant]["failed"] == []
+    assert all(warning[arm]["not_logged"] == [] for arm in analysis.H_ARMS)
     maj8 = result["secondary_heldout_k"]["maj@8"]
     assert maj8[variant]["mean"] == pytest.approx(50.0) and maj8[f"{variant} - grpo"]["mean"] == pytest.approx(20.0)
     assert analysis.lockin_share(study / "runs" / "gtpo" / "seed1") == pytest.approx(7 / 8)
+
+
+@pytest.mark.slow
+def test_study_h_reads_real_runs_laid_out_as_hs_folder(tmp_path):
+    """H's analysis on committed runs in H's layout (links, no H run read): at the screens' 13 seeds, G's gtpo and
+    grpo and no-filter from the parts screen (seven low seeds) and its follow-up (six others). The primary is then
+    h-screen's no-filter - grpo, computed by another function from the same files; lock-in as the pages' tables
+    show it (gtpo at 404, 405, 407, 410, 417, 418; no-filter at 410 and 418; grpo none): 4 discordant pairs, all
+    gtpo only, McNemar two-sided 2 x (1/2)^4 = 0.125. Those runs' code predates the no-progress warning: no row logs
+    the flag, so no run is judged (all listed as not logged) rather than seven failed GTPO runs counted as misses."""
+    studies = ROOT / "studies"
+    g, parts, others = (studies / f"smollm2-two-step-{n}" for n in ("g", "h-parts", "h-parts-others"))
+    sources = {"gtpo": {s: g for s in analysis.H_SCREEN_SEEDS}, "grpo": {s: g for s in analysis.H_SCREEN_SEEDS},
+               "no-filter": {**{s: parts for s in analysis.H_LOW_SEEDS}, **{s: others for s in (401, 402, 403, 406,
+                                                                                               408, 409)}}}  # fmt: skip
+    for arm, seeds in sources.items():
+        (tmp_path / "runs" / arm).mkdir(parents=True)
+        for seed, root in seeds.items():
+            (tmp_path / "runs" / arm / f"seed{seed}").symlink_to(root / "runs" / arm / f"seed{seed}")
+    result = analysis.study_h(tmp_path)
+    screen = analysis.h_screen(parts, g, "no-filter", (others,))["no-filter - grpo"]
+    primary = result["primary"]
+    assert primary["seeds"] == sorted(analysis.H_SCREEN_SEEDS)
+    assert (primary["mean"], primary["low"], primary["high"]) == pytest.approx((screen["mean"], screen["low"],
+                                                                                screen["high"]))  # fmt: skip
+    lockin = result["secondary_lockin"]
+    assert lockin["locked_in"] == {"gtpo": [404, 405, 407, 410, 417, 418], "no-filter": [410, 418], "grpo": []}
+    assert lockin["discordant gtpo only, no-filter only"] == [4, 0] and lockin["p_two_sided_mcnemar"] == 0.125
+    for arm in analysis.H_ARMS:
+        warning = result["secondary_no_progress_warning"][arm]
+        assert warning["not_logged"] == sorted(analysis.H_SCREEN_SEEDS) and warning["runs"] == 0, arm
+        assert warning["misses"] == [] and warning["hits"] == [], arm
 
 
 def test_h_screen_pairs_the_variant_with_study_gs_runs_and_gives_hs_n(tmp_path):
