@@ -2,14 +2,15 @@
 study G's runs only, `gtpo.trainer.callbacks.ProgressRule`), as `studies/tools/collapse_warning_table.py` does for the
 collapse warning; and `gtpo/push_against_group`, recomputed from the completion records, at G's low seeds and the rest.
 
-    .venv/bin/python studies/tools/lockin_warning_table.py                 # every study under studies/
+    .venv/bin/python studies/tools/lockin_warning_table.py                 # every study under studies/ (*)
     .venv/bin/python studies/tools/lockin_warning_table.py runs/*-smollm2-synthetic-gtpo   # any run folders
 
 A run *failed* when its held-out pass@1 ended below 11 % (G's low seeds' bound) where it was evaluated, else when its
 training accuracy reward averaged at most 0.6 (6 % of completions right) over its last 5 logged steps. Per study and
 arm: the runs, the failed ones, the warning's hits (failed, warned), misses and false alarms (warned, not failed) with
 the steps it turned on at, runs too short for it to turn on (fewer than 17 steps: studies E, the ablations, the guard
-screen), and the runs where the signal-loss line turned on, with the first step.
+screen), and the runs where the signal-loss line turned on, with the first step. (*) But a pre-registered study still
+running: its runs are not read before its last one (they are listed as withheld).
 """
 
 from __future__ import annotations
@@ -126,6 +127,16 @@ def study_table(runs: list[Path]) -> dict:
     return arms
 
 
+def withheld(study: Path) -> bool:
+    """A study folder this table leaves out: pre-registered and still running (``gtpo.compare.report``'s rule, the one
+    its summary follows), so that no outcome of it is read before its last run."""
+    from gtpo.compare.report import withholds_estimates
+    from gtpo.compare.study import SPEC_FILE, Spec
+
+    spec = study / SPEC_FILE
+    return spec.is_file() and withholds_estimates(Spec.from_json(json.loads(spec.read_text())), study)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: every study's runs)")
@@ -136,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"] = study_table(args.runs)
     else:
         for study in sorted((ROOT / "studies").iterdir()):
+            if withheld(study):
+                result.setdefault("withheld (pre-registered, still running)", []).append(study.name)
+                continue
             runs = sorted(p for p in study.glob("runs/*/seed*") if (p / "metrics.jsonl").is_file())
             if runs:
                 result[study.name] = study_table(runs)

@@ -154,7 +154,9 @@ def test_a_preregistered_study_withholds_every_estimate_until_its_last_run(study
     unfinished, a summary that says how many runs have finished and shows no estimate, no stability, no figures;
     once every run of compare.json has finished, the full summary."""
     spec, out = study
+    assert not compare_report.withholds_estimates(spec, out)  # not registered: read as it goes
     (out / "PREREGISTRATION.md").write_text("# registered\n")
+    assert compare_report.withholds_estimates(spec, out)
     for include_unfinished in (False, True):
         summary = compare_report.aggregate(spec, out, window=2, include_unfinished=include_unfinished)
         on_disk = json.loads((out / "summary.json").read_text())
@@ -173,12 +175,33 @@ def test_a_preregistered_study_withholds_every_estimate_until_its_last_run(study
     shutil.rmtree(compare.run_dir(out, "A", 3))
     write_run(compare.run_dir(out, "A", 3), [10, 10, 9, 9], [0, 0, 5, 5], [0.5] * 4)
     summary = compare_report.aggregate(spec, out, window=2)
+    assert not compare_report.withholds_estimates(spec, out)
     assert "withheld" not in summary and (summary["finished_runs"], summary["total_runs"]) == (8, 8)
     assert {p["metric"] for p in summary["pairs"]} >= {"format %", "accuracy %"}
     assert summary["arms"]["A"]["metrics"]["format %"]["n"] == 4
     text = (out / "summary.md").read_text()
     assert "| A − B | format % |" in text and "withheld" not in text and "Pre-registered" not in text
     assert (out / "figures" / "format.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_lock_in_warning_table_reads_no_run_of_a_registered_study_before_its_last(study, monkeypatch, capsys):
+    """studies/tools/lockin_warning_table.py walks every study folder: a pre-registered one still running (6 of its
+    8 runs finished) is listed as withheld and none of its runs is read; the same folder unregistered is read."""
+    from cli_helpers import load_script
+
+    spec, out = study
+    studies = out / "studies"
+    folder = studies / "registered"
+    shutil.copytree(out / "runs", folder / "runs")
+    (folder / "compare.json").write_text(json.dumps(spec.to_json()))
+    table = load_script("lockin_warning_table")
+    monkeypatch.setattr(table, "ROOT", out)
+    assert table.main([]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"registered"}
+    (folder / "PREREGISTRATION.md").write_text("# registered\n")
+    monkeypatch.setattr(table, "study_table", lambda runs: pytest.fail(f"read {runs}"))
+    assert table.main([]) == 0
+    assert json.loads(capsys.readouterr().out) == {"withheld (pre-registered, still running)": ["registered"]}
 
 
 def test_arm_band_averages_smoothed_curves_over_the_seeds_that_have_each_step():

@@ -116,18 +116,28 @@ def collect(spec, out: Path, window: int, format_drop: float, include_unfinished
     return runs
 
 
+def finished_seeds(spec, out: Path) -> dict[str, list[int]]:
+    """Per arm of ``spec``, the seeds whose run under OUT has finished."""
+    return {a.name: [s for s in spec.seeds if run_status(run_dir(out, a.name, s)) == "finished"] for a in spec.arms}
+
+
+def withholds_estimates(spec, out: Path) -> bool:
+    """Whether OUT is a pre-registered study (it holds PREREGISTRATION.md) with a run of ``spec`` not yet finished:
+    then nothing may read its outcomes (no interim look), neither its summary nor a tool that walks the studies."""
+    done = sum(len(seeds) for seeds in finished_seeds(spec, out).values())
+    return (Path(out) / PREREGISTRATION).is_file() and done < len(spec.arms) * len(spec.seeds)
+
+
 def aggregate(
     spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False, figures: bool = True
 ) -> dict:
     """Write OUT/summary.json, OUT/summary.md and (``figures``) OUT/figures/; return the summary dict."""
-    from gtpo.compare.study import run_dir, run_status
-
     out = Path(out)
     runs = collect(spec, out, window, format_drop, include_unfinished)
     arm_names = [a.name for a in spec.arms]
-    finished = {a: [s for s in spec.seeds if run_status(run_dir(out, a, s)) == "finished"] for a in arm_names}
+    finished = finished_seeds(spec, out)
     total, done = len(arm_names) * len(spec.seeds), sum(len(v) for v in finished.values())
-    if (out / PREREGISTRATION).is_file() and done < total:
+    if withholds_estimates(spec, out):
         return _withhold(out, runs, finished, total, done, window, format_drop, include_unfinished)
     metric_names = list(METRICS) + sorted({m for r in runs.values() for m in r["eval"]}, key=_eval_order)
     per_seed = {a: {m: {} for m in metric_names} for a in arm_names}
