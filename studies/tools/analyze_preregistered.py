@@ -1063,7 +1063,20 @@ def main(argv: list[str] | None = None) -> int:
         "--with", dest="also", type=Path, action="append", default=[], metavar="FOLDER",
         help="with h-screen: another folder with the same arm's runs at other seeds (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--partial", action="store_true",
+        help="read a pre-registered study before its last run: only for a stop its registration allows (compute run "
+        "out after a complete seed of every arm), and the result reported as partial",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    from gtpo.compare.report import folder_withholds_estimates
+
+    for folder in (args.study, args.g_study, args.third, *args.also):
+        if folder is not None and not args.partial and folder_withholds_estimates(folder):
+            raise SystemExit(
+                f"analyze_preregistered: {folder} is pre-registered and not all its runs have finished: it is "
+                "analysed once, after its last run (--partial only for a stop its registration allows)"
+            )
     if args.arms and args.what not in ("e", "seeds", "heldout"):
         parser.error("--arms goes with e, seeds or heldout")
     if (args.also or args.arm is not None) and args.what != "h-screen":

@@ -130,11 +130,9 @@ def study_table(runs: list[Path]) -> dict:
 def withheld(study: Path) -> bool:
     """A study folder this table leaves out: pre-registered and still running (``gtpo.compare.report``'s rule, the one
     its summary follows), so that no outcome of it is read before its last run."""
-    from gtpo.compare.report import withholds_estimates
-    from gtpo.compare.study import SPEC_FILE, Spec
+    from gtpo.compare.report import folder_withholds_estimates
 
-    spec = study / SPEC_FILE
-    return spec.is_file() and withholds_estimates(Spec.from_json(json.loads(spec.read_text())), study)
+    return folder_withholds_estimates(study)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -670,6 +670,31 @@ def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tm
     assert analysis.lockin_share(study / "runs" / "gtpo" / "seed1") == pytest.approx(7 / 8)
 
 
+def test_a_registered_study_is_analysed_only_after_its_last_run(tmp_path, capsys):
+    """No interim look through the analysis: `analyze_preregistered.py h STUDY` on a registered study (compare.json
+    of H's three arms at seeds 1 and 2, PREREGISTRATION.md) with seed 2 not run refuses in one line and prints no
+    estimate; --partial (a stop the registration allows) computes it on the complete seed; once seed 2's three runs
+    have finished it runs without the flag."""
+    from gtpo.compare.study import Arm, Spec
+
+    study = tmp_path / "h"
+    for arm in analysis.H_ARMS:
+        _h_run(study, arm, 1, 0.40, 0, None)
+    (study / "compare.json").write_text(json.dumps(Spec([Arm(a, "r.yaml") for a in analysis.H_ARMS], [1, 2]).to_json()))
+    (study / "PREREGISTRATION.md").write_text("# registered\n")
+    with pytest.raises(SystemExit, match="is pre-registered and not all its runs have finished"):
+        analysis.main(["h", str(study)])
+    with pytest.raises(SystemExit, match="is pre-registered"):
+        analysis.main(["h-screen", str(tmp_path / "screen"), str(study)])  # as any folder of a command
+    assert capsys.readouterr().out == ""
+    assert analysis.main(["h", str(study), "--partial"]) == 0
+    assert json.loads(capsys.readouterr().out)["primary"]["seeds"] == [1]
+    for arm in analysis.H_ARMS:
+        _h_run(study, arm, 2, 0.30, 0, None)
+    assert analysis.main(["h", str(study)]) == 0
+    assert json.loads(capsys.readouterr().out)["primary"]["seeds"] == [1, 2]
+
+
 @pytest.mark.slow
 def test_study_h_reads_real_runs_laid_out_as_hs_folder(tmp_path):
     """H's analysis on committed runs in H's layout (links, no H run read): at the screens' 13 seeds, G's gtpo and

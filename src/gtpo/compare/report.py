@@ -128,6 +128,14 @@ def withholds_estimates(spec, out: Path) -> bool:
     return (Path(out) / PREREGISTRATION).is_file() and done < len(spec.arms) * len(spec.seeds)
 
 
+def folder_withholds_estimates(out: Path) -> bool:
+    """:func:`withholds_estimates` for the study folder OUT, its spec read from its compare.json (none: False)."""
+    from gtpo.compare.study import SPEC_FILE, Spec
+
+    spec = Path(out) / SPEC_FILE
+    return spec.is_file() and withholds_estimates(Spec.from_json(json.loads(spec.read_text())), out)
+
+
 def aggregate(
     spec, out: Path, window: int = 10, format_drop: float = 20.0, include_unfinished: bool = False, figures: bool = True
 ) -> dict:
