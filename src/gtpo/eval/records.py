@@ -1,6 +1,7 @@
-"""The files of an evaluation folder: ``samples.jsonl`` (one record per completion, appended batch by batch,
-fsynced) and JSON files written atomically. An interrupted append can only tear the last line, which reading cuts
-(:func:`gtpo.runs.jsonl.read_jsonl`), so a rerun continues where the last complete batch ended."""
+"""The files of an evaluation folder: ``run.json`` (the settings that define its samples, checked on every resume),
+``samples.jsonl`` (one record per completion, appended batch by batch, fsynced) and JSON files written atomically.
+An interrupted append can only tear the last line, which reading cuts (:func:`gtpo.runs.jsonl.read_jsonl`), so a
+rerun continues where the last complete batch ended."""
 
 from __future__ import annotations
 
@@ -15,6 +16,27 @@ from pathlib import Path
 from gtpo.errors import InvalidInput
 from gtpo.runs.folder import utc_timestamp
 from gtpo.runs.jsonl import read_jsonl
+
+RUN_FILE = "run.json"  # the settings that define the samples
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "results.json"
+
+# Settings that decide what the samples are: they must match to add to an existing run folder (batch_size, backend,
+# dtype and limit may change between invocations: more problems can be added). "sampler" is recorded only when not
+# the default, so folders written before it existed stay resumable.
+RUN_KEYS = (
+    "model",
+    "task",
+    "split",
+    "source",
+    "few_shot",
+    "num_samples",
+    "seed",
+    "sampling",
+    "system_prompt",
+    "column_map",
+    "sampler",
+)
 
 # Fields of a record that results are computed from.
 REQUIRED_FIELDS = ("problem_id", "sample_index", "answer", "correct", "length", "truncated")
@@ -122,3 +144,45 @@ class OrderedBatchWriter:
         concurrent.futures.wait(pending)
         self._drain()
         self.raise_error()
+
+
+def effective_few_shot(task: str, few_shot: int | None) -> int | None:
+    """The number of worked examples actually shown: None means the task's default (0 for GSM8K)."""
+    from gtpo.tasks import TASKS
+
+    return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
+
+
+def check_or_write_run_file(run_dir: Path, settings: dict) -> bool:
+    """Write run.json (True), or check that the recorded one has the same settings (False)."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        if (run_dir / SAMPLES_FILE).exists():
+            raise InvalidInput(
+                f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
+                "samples were drawn; use another output directory"
+            )
+        write_json_atomic(path, {**settings, "created": utc_timestamp()})
+        return True
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InvalidInput(
+            f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
+            "restore it, or use another --output_dir"
+        ) from None
+    if not isinstance(recorded, dict):
+        raise InvalidInput(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output_dir")
+    # Run folders written before few_shot was resolved recorded None for "the task's default".
+    recorded["few_shot"] = effective_few_shot(settings["task"], recorded.get("few_shot"))
+    diffs = [
+        f"{key}: recorded {recorded.get(key)!r}, now {settings.get(key)!r}"
+        for key in RUN_KEYS
+        if recorded.get(key) != settings.get(key)
+    ]
+    if diffs:
+        raise InvalidInput(
+            f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
+            f"ones. Use another --output_dir, or the recorded settings. Differences: " + "; ".join(diffs)
+        )
+    return False

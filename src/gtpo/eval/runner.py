@@ -2,9 +2,9 @@
 
 One run folder per (model, task):
 
-- ``run.json``: the settings that define the samples (:data:`RUN_KEYS`). A second run into the same folder
-  must use the same ones, or it stops with an error:
-  samples drawn under different settings are never mixed. Each later invocation that resumes it (samples or
+- ``run.json``: the settings that define the samples (:data:`gtpo.eval.records.RUN_KEYS`). A second run into the
+  same folder must use the same ones, or it stops with an error: samples drawn under different settings are never
+  mixed. Each later invocation that resumes it (samples or
   results missing) appends to its ``resumes`` when it started and how many samples were already recorded.
 - ``samples.jsonl``: one record per completion, appended batch by batch with flush + fsync, so an
   interrupted run loses at most the batch in flight; a re-run skips every (problem_id, sample_index)
@@ -22,7 +22,6 @@ One run folder per (model, task):
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import zlib
@@ -35,7 +34,18 @@ import numpy as np
 from gtpo.errors import InvalidInput
 from gtpo.eval.backends import Backend, SamplingSettings, choose_backend, make_backend
 from gtpo.eval.metrics import summarize_records
-from gtpo.eval.records import OrderedBatchWriter, append_records, read_records, record_resume, write_json_atomic
+from gtpo.eval.records import (
+    RESULTS_FILE,
+    RUN_FILE,
+    SAMPLES_FILE,
+    OrderedBatchWriter,
+    append_records,
+    check_or_write_run_file,
+    effective_few_shot,
+    read_records,
+    record_resume,
+    write_json_atomic,
+)
 from gtpo.eval.samplers import DEFAULT_SAMPLER, check_sampler
 from gtpo.runs.folder import utc_timestamp
 
@@ -47,16 +57,7 @@ DEFAULT_BATCH_SIZE = 200
 
 logger = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
-SAMPLES_FILE = "samples.jsonl"
-RESULTS_FILE = "results.json"
-
-# Settings that decide what the samples are: they must match to add to an existing run folder.
-# (batch_size, backend, dtype and limit may change between invocations: more problems can be added.)
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # names both backends load
-# "sampler" is recorded only when not the default (folders written before it existed stay resumable).
-RUN_KEYS = ("model", "task", "split", "source", "few_shot", "num_samples", "seed", "sampling", "system_prompt",
-            "column_map", "sampler")  # fmt: skip
 
 
 @dataclass
@@ -195,7 +196,7 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "task": config.task,
         "split": config.split,
         "source": _normalise_path(config.source),
-        "few_shot": _effective_few_shot(config.task, config.few_shot),
+        "few_shot": effective_few_shot(config.task, config.few_shot),
         "num_samples": config.num_samples,
         "seed": config.seed,
         "sampling": config.sampling.to_dict(),
@@ -203,48 +204,6 @@ def _run_settings(config: EvalConfig, problems: Sequence[Problem]) -> dict:
         "column_map": config.column_map or None,
         **({} if config.sampler == DEFAULT_SAMPLER else {"sampler": config.sampler}),
     }
-
-
-def _effective_few_shot(task: str, few_shot: int | None) -> int | None:
-    """The number of worked examples actually shown: None means the task's default (0 for GSM8K)."""
-    from gtpo.tasks import TASKS
-
-    return TASKS[task].default_few_shot if few_shot is None and task in TASKS else few_shot
-
-
-def _check_or_write_run_file(run_dir: Path, settings: dict) -> bool:
-    """Write run.json (True), or check that the recorded one has the same settings (False)."""
-    path = run_dir / RUN_FILE
-    if not path.exists():
-        if (run_dir / SAMPLES_FILE).exists():
-            raise InvalidInput(
-                f"{run_dir} holds {SAMPLES_FILE} but no {RUN_FILE}: cannot tell how those "
-                "samples were drawn; use another output directory"
-            )
-        write_json_atomic(path, {**settings, "created": utc_timestamp()})
-        return True
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InvalidInput(
-            f"{path}: not valid JSON ({err}); it records how the samples beside it were drawn: "
-            "restore it, or use another --output_dir"
-        ) from None
-    if not isinstance(recorded, dict):
-        raise InvalidInput(f"{path}: a JSON {type(recorded).__name__}, not an object; use another --output_dir")
-    # Run folders written before few_shot was resolved recorded None for "the task's default".
-    recorded["few_shot"] = _effective_few_shot(settings["task"], recorded.get("few_shot"))
-    diffs = [
-        f"{key}: recorded {recorded.get(key)!r}, now {settings.get(key)!r}"
-        for key in RUN_KEYS
-        if recorded.get(key) != settings.get(key)
-    ]
-    if diffs:
-        raise InvalidInput(
-            f"run folder {run_dir} was started with different settings; its samples would be mixed with new "
-            f"ones. Use another --output_dir, or the recorded settings. Differences: " + "; ".join(diffs)
-        )
-    return False
 
 
 # Threads grading one batch while the next one generates: the grader's symbolic verdicts run in its worker
@@ -286,7 +245,7 @@ def evaluate(config: EvalConfig, backend: Backend | None = None) -> dict:
     settings = _run_settings(config, problems)
     samples_path = run_dir / SAMPLES_FILE
     with removed_if_never_started(run_dir, SAMPLES_FILE):
-        created = _check_or_write_run_file(run_dir, settings)
+        created = check_or_write_run_file(run_dir, settings)
         done = {(str(r["problem_id"]), int(r["sample_index"])): r.get("text") for r in read_records(samples_path)}
         units = [(p, s) for p in problems for s in range(config.num_samples)]
         pending = [(p, s) for p, s in units if (str(p.id), s) not in done]

@@ -7,7 +7,7 @@
   rounding of its logits aside), and on CUDA the draw is recorded inside the replayed decoding step.
 
 Both draw exactly from the warped softmax and give a sample the same tokens in any batch; they draw different tokens
-from each other, so a run folder records which one drew its samples (`runner.RUN_KEYS`).
+from each other, so a run folder records which one drew its samples (`records.RUN_KEYS`).
 """
 
 from __future__ import annotations
