@@ -115,17 +115,32 @@ def test_the_warning_table_and_the_push_ranges_are_the_committed_runs():
         "F's γ screen (2 × 2)": ["smollm2-synthetic-lr2e-4-guard-gamma"],
         "the pilot's gtpo run, G's re-run": ["smollm2-two-step-pilot", "smollm2-two-step-g-repro"],
     }
-    for name, studies in page_rows.items():
+    screens = {
+        "the common-prefix screen and its control (two-step, 13 + 1)": [
+            "smollm2-two-step-h-screen", "smollm2-two-step-h-screen-control"],
+        "the parts screen and its follow-up (two-step, 21 + 6)": [
+            "smollm2-two-step-h-parts", "smollm2-two-step-h-parts-others"],
+    }  # fmt: skip
+    for name, studies in {**page_rows, **screens}.items():
         counts = [sum(judged[s][k] for s in studies) for k in range(6)]
         assert _row(name, *map(str, counts)) in PAGE, (name, counts)
+    later = [judged[s] for studies in screens.values() for s in studies]
+    hits, failed, alarms = sum(r[2] for r in later), sum(r[1] for r in later), sum(r[4] for r in later)
+    flat = " ".join(PAGE.split())
+    assert f"caught {hits} of {failed} failed runs (not no-correction/seed404) and raised {alarms} false alarms" in flat
+    assert f"among {sum(r[0] - r[1] for r in later)} that did not fail. Before them, outside G" in flat
     g = judged["smollm2-two-step-g"]
     assert g[:5] == [40, 7, 7, 0, 3]  # the rule's own runs (tests/trainer/test_progress_monitor.py)
-    others = [judged[s] for studies in page_rows.values() for s in studies]  # the studies before the screen
+    others = [judged[s] for studies in page_rows.values() for s in studies]  # the studies before the screens
     hits, failed = sum(r[2] for r in others), sum(r[1] for r in others)
     alarms, fine = sum(r[4] for r in others), sum(r[0] - r[1] for r in others)
     assert f"caught {hits} of {failed} failed runs and raised {alarms} false alarms among {fine} runs" in PAGE
     signal, total = sum(r[5] for r in others), sum(r[0] for r in others)
-    assert f"turned on at {signal} of the {total} judged runs outside G (and at {g[5]} of G's {g[0]})" in PAGE
+    screened = f"{sum(r[5] for r in later)} of the screens' {sum(r[0] for r in later)}"
+    assert (
+        f"turned on at {signal} of the {total} judged runs outside G before the screens (and at {g[5]} of G's "
+        f"{g[0]}, {screened}):" in flat
+    )
     push = {run.name: table.push_against_group(run) for run in sorted((G / "runs" / "gtpo").glob("seed*"))}
 
     def span(names, lo, hi):
