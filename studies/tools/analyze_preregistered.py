@@ -63,6 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gtpo.compare.report import folder_withholds_estimates  # noqa: E402
 from gtpo.compare.stats import mean_interval, sample_std  # noqa: E402
 
 ALPHA = 0.05
@@ -932,8 +933,7 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     registered secondaries: lock-in per run (share of single-equation openings over steps 21-30 >= 0.8) per arm with
     McNemar's exact two-sided p, gtpo against the variant; gtpo - grpo and gtpo - variant, paired; the no-progress
     warning (as logged; a run whose log lacks the flag is listed, not judged) against held-out pass@1 below 11 %,
-    hits, misses and false alarms per arm; held-out maj@k
-    and pass@k for k = 2, 4, 8, length and cut share."""
+    hits, misses and false alarms per arm; held-out maj@k and pass@k for k = 2, 4, 8, length and cut share."""
     gtpo, variant, grpo = arms
     result = {"primary": study_d(study, (variant, grpo))}
     for first, second in ((gtpo, grpo), (gtpo, variant)):
@@ -1069,8 +1069,6 @@ def main(argv: list[str] | None = None) -> int:
         "out after a complete seed of every arm), and the result reported as partial",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    from gtpo.compare.report import folder_withholds_estimates
-
     for folder in (args.study, args.g_study, args.third, *args.also):
         if folder is not None and not args.partial and folder_withholds_estimates(folder):
             raise SystemExit(

@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gtpo.compare.report import folder_withholds_estimates  # noqa: E402
+
 FAILED_BELOW = 11.0  # held-out pass@1 in points
 TRAINING_FLOOR, LAST_STEPS = 0.6, 5  # accuracy reward, where no held-out evaluation exists
 
@@ -127,14 +129,6 @@ def study_table(runs: list[Path]) -> dict:
     return arms
 
 
-def withheld(study: Path) -> bool:
-    """A study folder this table leaves out: pre-registered and still running (``gtpo.compare.report``'s rule, the one
-    its summary follows), so that no outcome of it is read before its last run."""
-    from gtpo.compare.report import folder_withholds_estimates
-
-    return folder_withholds_estimates(study)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: every study's runs)")
@@ -145,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"] = study_table(args.runs)
     else:
         for study in sorted((ROOT / "studies").iterdir()):
-            if withheld(study):
+            if folder_withholds_estimates(study):  # no outcome read before its last run
                 result.setdefault("withheld (pre-registered, still running)", []).append(study.name)
                 continue
             runs = sorted(p for p in study.glob("runs/*/seed*") if (p / "metrics.jsonl").is_file())

@@ -4,8 +4,8 @@ One run folder per (model, task):
 
 - ``run.json``: the settings that define the samples (:data:`gtpo.eval.records.RUN_KEYS`). A second run into the
   same folder must use the same ones, or it stops with an error: samples drawn under different settings are never
-  mixed. Each later invocation that resumes it (samples or
-  results missing) appends to its ``resumes`` when it started and how many samples were already recorded.
+  mixed. Each later invocation that resumes it (samples or results missing) appends to its ``resumes`` when it
+  started and how many samples were already recorded.
 - ``samples.jsonl``: one record per completion, appended batch by batch with flush + fsync, so an
   interrupted run loses at most the batch in flight; a re-run skips every (problem_id, sample_index)
   already recorded. Record fields: problem_id, sample_index, text, answer (extracted, or null), correct,
