@@ -705,9 +705,9 @@ def test_study_h_reads_real_runs_laid_out_as_hs_folder(tmp_path):
     the flag, so no run is judged (all listed as not logged) rather than seven failed GTPO runs counted as misses."""
     studies = ROOT / "studies"
     g, parts, others = (studies / f"smollm2-two-step-{n}" for n in ("g", "h-parts", "h-parts-others"))
-    sources = {"gtpo": {s: g for s in analysis.H_SCREEN_SEEDS}, "grpo": {s: g for s in analysis.H_SCREEN_SEEDS},
-               "no-filter": {**{s: parts for s in analysis.H_LOW_SEEDS}, **{s: others for s in (401, 402, 403, 406,
-                                                                                               408, 409)}}}  # fmt: skip
+    no_filter = {s: parts if s in analysis.H_LOW_SEEDS else others for s in analysis.H_SCREEN_SEEDS}
+    sources = {"gtpo": dict.fromkeys(analysis.H_SCREEN_SEEDS, g), "grpo": dict.fromkeys(analysis.H_SCREEN_SEEDS, g),
+               "no-filter": no_filter}  # fmt: skip
     for arm, seeds in sources.items():
         (tmp_path / "runs" / arm).mkdir(parents=True)
         for seed, root in seeds.items():

@@ -121,10 +121,12 @@ def finished_seeds(spec, out: Path) -> dict[str, list[int]]:
     return {a.name: [s for s in spec.seeds if run_status(run_dir(out, a.name, s)) == "finished"] for a in spec.arms}
 
 
-def withholds_estimates(spec, out: Path) -> bool:
+def withholds_estimates(spec, out: Path, finished: dict[str, list[int]] | None = None) -> bool:
     """Whether OUT is a pre-registered study (it holds PREREGISTRATION.md) with a run of ``spec`` not yet finished:
-    then nothing may read its outcomes (no interim look), neither its summary nor a tool that walks the studies."""
-    done = sum(len(seeds) for seeds in finished_seeds(spec, out).values())
+    then nothing may read its outcomes (no interim look), neither its summary nor a tool that walks the studies.
+    ``finished``: :func:`finished_seeds` where the caller has it already (else read from the run folders)."""
+    finished = finished_seeds(spec, out) if finished is None else finished
+    done = sum(len(seeds) for seeds in finished.values())
     return (Path(out) / PREREGISTRATION).is_file() and done < len(spec.arms) * len(spec.seeds)
 
 
@@ -145,7 +147,7 @@ def aggregate(
     arm_names = [a.name for a in spec.arms]
     finished = finished_seeds(spec, out)
     total, done = len(arm_names) * len(spec.seeds), sum(len(v) for v in finished.values())
-    if withholds_estimates(spec, out):
+    if withholds_estimates(spec, out, finished):
         return _withhold(out, runs, finished, total, done, window, format_drop, include_unfinished)
     metric_names = list(METRICS) + sorted({m for r in runs.values() for m in r["eval"]}, key=_eval_order)
     per_seed = {a: {m: {} for m in metric_names} for a in arm_names}
