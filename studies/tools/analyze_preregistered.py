@@ -15,6 +15,7 @@ With the project's interpreter (.venv/bin/python):
     python studies/tools/analyze_preregistered.py seeds studies/smollm2-synthetic-lr2e-4-f --arms gtpo-guard grpo
     python studies/tools/analyze_preregistered.py g studies/smollm2-two-step-g  # study G: two-step task
     python studies/tools/analyze_preregistered.py h studies/smollm2-two-step-h  # study H: GTPO, no filter, GRPO
+    python studies/tools/analyze_preregistered.py h-seeds studies/smollm2-two-step-h  # H's per-seed table
     python studies/tools/analyze_preregistered.py h-screen studies/smollm2-two-step-h-screen studies/smollm2-two-step-g
     python studies/tools/analyze_preregistered.py h-parts studies/smollm2-two-step-h-parts \
         studies/smollm2-two-step-h-screen studies/smollm2-two-step-g   # exploratory: GTPO's parts off
@@ -985,6 +986,37 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
     return result
 
 
+def h_seeds_table(study: Path, arms: tuple[str, str, str] = H_ARMS) -> list[str]:
+    """Study H's per-seed table (the figures of its registered outcomes, seed by seed), over the seeds where all three
+    arms are evaluated: each arm's held-out pass@1 in %, its lock-in share (steps 21-30; "*" when locked in, "–"
+    without a record of those steps), the first step its no-progress warning was on ("–" never; "not logged"), and
+    the seed's pass@1 differences variant - grpo (d_S, the primary outcome's terms) and gtpo - grpo."""
+    gtpo, variant, grpo = arms
+    names = " / ".join(arms)
+    lines = [
+        f"| seed | pass@1 %, {names} | lock-in share, steps {H_LOCKIN_STEPS[0]}-{H_LOCKIN_STEPS[1]}, {names} "
+        f"| no-progress warning from step, {names} | pass@1 {variant} - {grpo} | pass@1 {gtpo} - {grpo} |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def share(run: Path) -> str:
+        value = lockin_share(run)
+        return "–" if value is None else f"{value:.2f}{'*' * _locked_in(value)}"
+
+    def warning(run: Path) -> str:
+        step = no_progress_step(run)
+        return "–" if step is None else str(step)
+
+    for seed in sorted(set.intersection(*(set(_seeds(study, arm)) for arm in arms))):
+        runs = [study / "runs" / arm / f"seed{seed}" for arm in arms]
+        scores = [pass_at_1(run) if _finished(run) else None for run in runs]
+        if None in scores:
+            continue
+        cells = (" / ".join(f"{v:.1f}" for v in scores), " / ".join(map(share, runs)), " / ".join(map(warning, runs)))
+        lines.append(f"| {seed} | {' | '.join(cells)} | {scores[1] - scores[2]:+.1f} | {scores[0] - scores[2]:+.1f} |")
+    return lines
+
+
 E_POWER_PAIRS = (8, 12, 16)  # seeds whose first group lacks the full format, of 32 (study C: 6 of 12)
 E_POWER_RATES = ((5 / 6, 0.2), (0.6, 0.2))  # study C's 5 of 6 and the ablation's 1 of 5; a weaker effect
 
@@ -1040,6 +1072,7 @@ def main(argv: list[str] | None = None) -> int:
             "h",
             "h-screen",
             "h-parts",
+            "h-seeds",
             "power",
             "runs",
             "seeds",
@@ -1049,7 +1082,7 @@ def main(argv: list[str] | None = None) -> int:
         ),  # fmt: skip
     )
     parser.add_argument(
-        "study", nargs="?", type=Path, help="the study folder (for c, d, e, f, g, h, runs, seeds, heldout)"
+        "study", nargs="?", type=Path, help="the study folder (for c, d, e, f, g, h, h-seeds, runs, seeds, heldout)"
     )
     parser.add_argument(
         "g_study", nargs="?", type=Path, help="with h-screen: study G's folder; with h-parts: the screen's"
@@ -1094,6 +1127,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.g_study is None or args.third is None:
             parser.error("h-parts needs three folders: h-parts PARTS SCREEN G")
         print(json.dumps(h_parts(args.study, args.g_study, args.third), indent=2))
+        return 0
+    if args.what == "h-seeds":
+        print("\n".join(h_seeds_table(args.study)))
         return 0
     if args.what == "runs":
         print("\n".join(runs_table(args.study)))

@@ -670,6 +670,31 @@ def test_study_h_primary_and_its_registered_secondaries_on_a_hand_built_study(tm
     assert analysis.lockin_share(study / "runs" / "gtpo" / "seed1") == pytest.approx(7 / 8)
 
 
+def test_h_seeds_table_gives_each_seeds_three_arms_by_hand(tmp_path, capsys):
+    """H's per-seed table (`h-seeds`), by hand from the hand-built runs: pass@1 in %, the lock-in share of steps
+    21-30 (7/8 = 0.88 and 8/8 locked in, "*"; 6/8, 2/8, 0/8 not), the warning's first step ("–" never), and the
+    seed's differences variant - grpo (40 - 35, 30 - 40) and gtpo - grpo (5 - 35, 8 - 40). Seed 3, without a
+    variant run, is left out: a seed counts once all three arms are evaluated."""
+    variant = analysis.H_ARMS[1]
+    study = tmp_path / "h"
+    for arm, seed, pass1, single, warned in (("gtpo", 1, 0.05, 7, 17), ("gtpo", 2, 0.08, 8, None),
+                                             (variant, 1, 0.40, 6, None), (variant, 2, 0.30, 2, None),
+                                             ("grpo", 1, 0.35, 0, 20), ("grpo", 2, 0.40, 0, None),
+                                             ("gtpo", 3, 0.50, 0, None), ("grpo", 3, 0.50, 0, None)):  # fmt: skip
+        _h_run(study, arm, seed, pass1, single, warned)
+    names = f"gtpo / {variant} / grpo"
+    expected = [
+        f"| seed | pass@1 %, {names} | lock-in share, steps 21-30, {names} | no-progress warning from step, {names} "
+        f"| pass@1 {variant} - grpo | pass@1 gtpo - grpo |",
+        "|---|---|---|---|---|---|",
+        "| 1 | 5.0 / 40.0 / 35.0 | 0.88* / 0.75 / 0.00 | 17 / – / 20 | +5.0 | -30.0 |",
+        "| 2 | 8.0 / 30.0 / 40.0 | 1.00* / 0.25 / 0.00 | – / – / – | -10.0 | -32.0 |",
+    ]
+    assert analysis.h_seeds_table(study) == expected
+    assert analysis.main(["h-seeds", str(study)]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+
 def test_a_registered_study_is_analysed_only_after_its_last_run(tmp_path, capsys):
     """No interim look through the analysis: `analyze_preregistered.py h STUDY` on a registered study (compare.json
     of H's three arms at seeds 1 and 2, PREREGISTRATION.md) with seed 2 not run refuses in one line and prints no
