@@ -727,7 +727,9 @@ def test_study_h_reads_real_runs_laid_out_as_hs_folder(tmp_path):
     h-screen's no-filter - grpo, computed by another function from the same files; lock-in as the pages' tables
     show it (gtpo at 404, 405, 407, 410, 417, 418; no-filter at 410 and 418; grpo none): 4 discordant pairs, all
     gtpo only, McNemar two-sided 2 x (1/2)^4 = 0.125. Those runs' code predates the no-progress warning: no row logs
-    the flag, so no run is judged (all listed as not logged) rather than seven failed GTPO runs counted as misses."""
+    the flag, so no run is judged (all listed as not logged) rather than seven failed GTPO runs counted as misses.
+    The per-seed table (`h-seeds`) agrees with both: its seeds and differences are the primary's and gtpo - grpo's
+    (to its one decimal), and its locked-in marks are the lock-in secondary's."""
     studies = ROOT / "studies"
     g, parts, others = (studies / f"smollm2-two-step-{n}" for n in ("g", "h-parts", "h-parts-others"))
     no_filter = {s: parts if s in analysis.H_LOW_SEEDS else others for s in analysis.H_SCREEN_SEEDS}
@@ -750,6 +752,16 @@ def test_study_h_reads_real_runs_laid_out_as_hs_folder(tmp_path):
         warning = result["secondary_no_progress_warning"][arm]
         assert warning["not_logged"] == sorted(analysis.H_SCREEN_SEEDS) and warning["runs"] == 0, arm
         assert warning["misses"] == [] and warning["hits"] == [], arm
+    rows = [line.split(" | ") for line in analysis.h_seeds_table(tmp_path)[2:]]  # the per-seed table: one decimal
+    assert [int(row[0].removeprefix("| ")) for row in rows] == primary["seeds"]
+    assert [float(row[4]) for row in rows] == pytest.approx(primary["differences"], abs=0.051)
+    assert [float(row[5].removesuffix(" |")) for row in rows] == pytest.approx(
+        result["secondary gtpo - grpo"]["differences"], abs=0.051
+    )
+    assert all(row[3] == "not logged / not logged / not logged" for row in rows)
+    marked = {arm: [int(row[0].removeprefix("| ")) for row in rows if row[2].split(" / ")[i].endswith("*")]
+              for i, arm in enumerate(analysis.H_ARMS)}  # fmt: skip
+    assert marked == lockin["locked_in"]
 
 
 def test_h_screen_pairs_the_variant_with_study_gs_runs_and_gives_hs_n(tmp_path):
