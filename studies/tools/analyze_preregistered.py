@@ -989,8 +989,9 @@ def study_h(study: Path, arms: tuple[str, str, str] = H_ARMS) -> dict:
 def h_seeds_table(study: Path, arms: tuple[str, str, str] = H_ARMS) -> list[str]:
     """Study H's per-seed table (the figures of its registered outcomes, seed by seed), over the seeds where all three
     arms are evaluated: each arm's held-out pass@1 in %, its lock-in share (steps 21-30; "*" when locked in, "–"
-    without a record of those steps), the first step its no-progress warning was on ("–" never; "not logged"), and
-    the seed's pass@1 differences variant - grpo (d_S, the primary outcome's terms) and gtpo - grpo."""
+    without a record of those steps), the first step its no-progress warning was on ("–" never; "not logged" for a
+    log without the flag, as :func:`no_progress_step`), and the seed's pass@1 differences variant - grpo (d_S, the
+    primary outcome's terms) and gtpo - grpo."""
     gtpo, variant, grpo = arms
     names = " / ".join(arms)
     lines = [
